@@ -1,0 +1,38 @@
+"""Exception hierarchy. `PortalError` lives at the bottom of the dependency graph so every app can subclass it."""
+
+
+class PortalError(Exception):
+    """Base of every domain error; the API maps subclasses to 4xx answers."""
+
+
+class ClusterError(PortalError):
+    """Talking to a cluster failed."""
+
+
+class ClusterUnreachableError(ClusterError):
+    """Transient: connection refused/reset, timeouts, 5xx, 429. Safe to retry (after `retry_after` if given)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status
+
+
+class ClusterRequestError(ClusterError):
+    """Permanent: the cluster refused the request (4xx other than 410/429). Retrying will not help."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ResourceExpiredError(ClusterError):
+    """HTTP 410 Gone: the resourceVersion or continue token was compacted; relist from scratch."""
+
+
+class ClusterConfigError(ClusterError):
+    """The cluster's connection settings are unusable (bad kubeconfig, unknown context)."""
+
+
+class LeaseLostError(PortalError):
+    """This watcher no longer holds its lease (a successor has a higher fencing token); stop writing."""

@@ -1,0 +1,329 @@
+"""The cluster adapter: the ONLY module that imports `kubernetes`.
+
+One `ApiClient` per cluster (never the process-global configuration), explicit timeouts on every request, raw JSON
+(`_preload_content=False`, parsed with orjson) instead of the client's model classes: the sync engine stores the
+objects as the server sent them, and deserialising 20,000 pods into Python models would dominate a full sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import orjson
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from inventory.errors import (
+    ClusterConfigError,
+    ClusterRequestError,
+    ClusterUnreachableError,
+    ResourceExpiredError,
+)
+from inventory.k8s.types import KINDS, KindRef, ListPage, WatchEvent
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ClusterClient", "KubernetesClusterClient", "WatchStream"]
+
+
+class ClusterClient(Protocol):
+    def server_version(self) -> str: ...
+
+    def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage: ...
+
+    def watch(self, kind: KindRef, *, resource_version: str, timeout_seconds: int) -> WatchStream: ...
+
+    def close(self) -> None: ...
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _status_message(body: Any) -> str:
+    if isinstance(body, bytes | str):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return str(body)[:300]
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[:500]
+        return str(body)[:300]
+    return ""
+
+
+def _translate(exc: ApiException, what: str) -> Exception:
+    status = exc.status or 0
+    message = f"{what}: HTTP {status} {exc.reason or ''} {_status_message(exc.body)}".strip()
+    if status == 410:
+        return ResourceExpiredError(message)
+    if status == 429 or status >= 500 or status == 0:
+        return ClusterUnreachableError(message, retry_after=_retry_after(exc.headers), status=status)
+    return ClusterRequestError(message, status=status)
+
+
+class WatchStream:
+    """Iterates the events of one watch request; `close()` from any thread ends it.
+
+    A reader thread parses lines into a queue so the consumer can batch with a time bound (`next_batch`).
+    Raises ResourceExpiredError for a 410 ERROR event and ClusterUnreachableError when the connection drops before
+    the server ended the stream normally.
+    """
+
+    _END = object()
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=10_000)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._read, name=f"watch-{what}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(65536, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._put(self._parse(line))
+            if buffer.strip():
+                self._put(self._parse(buffer))
+            self._put(self._END)
+        except Exception as exc:  # noqa: BLE001 - any transport failure ends the stream as "unreachable"
+            if self._closed.is_set():
+                self._put(self._END)
+            else:
+                self._put(ClusterUnreachableError(f"{self._what}: watch connection lost: {type(exc).__name__}"))
+
+    def _put(self, item: object) -> None:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _parse(self, line: bytes) -> object:
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return ClusterUnreachableError(f"{self._what}: malformed watch line ({len(line)} bytes)")
+        if not isinstance(data, dict) or not isinstance(data.get("object"), dict):
+            return ClusterUnreachableError(f"{self._what}: malformed watch event")
+        event_type = str(data.get("type", ""))
+        obj = data["object"]
+        if event_type == "ERROR":
+            code = obj.get("code")
+            message = f"{self._what}: watch error {code}: {obj.get('message', '')}"
+            if code == 410:
+                return ResourceExpiredError(message)
+            if isinstance(code, int) and (code == 429 or code >= 500):
+                return ClusterUnreachableError(message, status=code)
+            return ClusterRequestError(message, status=code if isinstance(code, int) else None)
+        return WatchEvent(type=event_type, object=obj)
+
+    def next_batch(self, *, max_items: int, max_wait: float, deadline: float) -> tuple[list[WatchEvent], bool]:
+        """Up to `max_items` events, waiting at most `max_wait` after the first one (or until `deadline`).
+
+        Returns (events, ended). Raises the stream's error once all events before it were returned.
+        """
+        events: list[WatchEvent] = []
+        first_at: float | None = None
+        while len(events) < max_items:
+            now = time.monotonic()
+            limit = deadline if first_at is None else min(deadline, first_at + max_wait)
+            if now >= limit:
+                return events, False
+            try:
+                item = self._queue.get(timeout=min(limit - now, 0.5))
+            except queue.Empty:
+                continue
+            if item is self._END:
+                return events, True
+            if isinstance(item, Exception):
+                if events:  # deliver what came before the error first
+                    self._pending_error(item)
+                    return events, False
+                raise item
+            events.append(item)  # type: ignore[arg-type]
+            if first_at is None:
+                first_at = time.monotonic()
+        return events, False
+
+    def _pending_error(self, error: Exception) -> None:
+        # Put the error back at the front: a fresh queue with the error first, then the rest.
+        rest: list[object] = []
+        while True:
+            try:
+                rest.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for item in (error, *rest):
+            self._queue.put(item)
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            if hasattr(self._response, "shutdown"):
+                self._response.shutdown()
+            self._response.close()
+            self._response.release_conn()
+        except Exception:  # noqa: BLE001, S110 - closing a dead connection may fail; nothing to do
+            pass
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KubernetesClusterClient:
+    """A cluster reached through the official client, configured from a kubeconfig dict/path or in-cluster."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+    ) -> None:
+        self._api_client = api_client
+        self._core = k8s.CoreV1Api(api_client=api_client)
+        self._resource = k8s.ResourceV1Api(api_client=api_client)
+        self._version = k8s.VersionApi(api_client=api_client)
+        self._timeout = (connect_timeout, read_timeout)
+        self._connect_timeout = connect_timeout
+
+    @classmethod
+    def from_kubeconfig(
+        cls, kubeconfig: dict[str, Any], *, context: str | None = None, **timeouts: float
+    ) -> KubernetesClusterClient:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_kube_config_from_dict(kubeconfig, context=context or None,
+                                                  client_configuration=configuration)
+        except (ConfigException, KeyError, TypeError, ValueError, AttributeError) as exc:
+            # The message of ConfigException never contains credentials; still keep it short.
+            raise ClusterConfigError(f"invalid kubeconfig: {str(exc)[:200]}") from None
+        return cls(cls._api_client(configuration), **timeouts)
+
+    @classmethod
+    def from_kubeconfig_path(cls, path: str, *, context: str | None = None, **timeouts: float) -> KubernetesClusterClient:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_kube_config(config_file=path, context=context or None, client_configuration=configuration)
+        except (ConfigException, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ClusterConfigError(f"invalid kubeconfig file {path}: {str(exc)[:200]}") from None
+        return cls(cls._api_client(configuration), **timeouts)
+
+    @classmethod
+    def in_cluster(cls, **timeouts: float) -> KubernetesClusterClient:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as exc:
+            raise ClusterConfigError(f"not running in a cluster: {exc}") from None
+        return cls(cls._api_client(configuration), **timeouts)
+
+    @staticmethod
+    def _api_client(configuration: Any) -> Any:
+        # We retry ourselves (allow-listed, honouring Retry-After); urllib3's silent retries (it sleeps on 429/503
+        # by default) would hide storms and block a watcher past its lease. Must be set before the pool exists.
+        configuration.retries = False
+        api_client = k8s.ApiClient(configuration)
+        api_client.user_agent = "accelerator-portal/0.1"
+        return api_client
+
+    def _api(self, kind: KindRef) -> Any:
+        return self._core if kind.api == "core" else self._resource
+
+    def _call(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return fn(_preload_content=False, **kwargs)
+        except ApiException as exc:
+            raise _translate(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnreachableError(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+    def server_version(self) -> str:
+        response = self._call("version", self._version.get_code, _request_timeout=self._timeout)
+        data = orjson.loads(response.data)
+        return str(data.get("gitVersion", ""))
+
+    def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage:
+        method = getattr(self._api(kind), kind.list_method)
+        kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": self._timeout}
+        if continue_token:
+            kwargs["_continue"] = continue_token
+        response = self._call(f"list {kind.key}", method, **kwargs)
+        try:
+            data = orjson.loads(response.data)
+        except orjson.JSONDecodeError:
+            raise ClusterUnreachableError(f"list {kind.key}: response is not JSON") from None
+        if not isinstance(data, dict):
+            raise ClusterUnreachableError(f"list {kind.key}: response is not an object")
+        metadata = data.get("metadata") or {}
+        items = data.get("items") or []
+        if not isinstance(items, list):
+            raise ClusterUnreachableError(f"list {kind.key}: items is not a list")
+        remaining = metadata.get("remainingItemCount")
+        return ListPage(
+            items=items,
+            resource_version=str(metadata.get("resourceVersion") or ""),
+            continue_token=metadata.get("continue") or None,
+            remaining=remaining if isinstance(remaining, int) else None,
+        )
+
+    def list_all(self, kind: KindRef, *, limit: int) -> Iterator[ListPage]:
+        token: str | None = None
+        while True:
+            page = self.list_page(kind, limit=limit, continue_token=token)
+            yield page
+            token = page.continue_token
+            if not token:
+                return
+
+    def watch(self, kind: KindRef, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+        method = getattr(self._api(kind), kind.list_method)
+        response = self._call(
+            f"watch {kind.key}",
+            method,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            # The read timeout guards a silent, half-open connection; the server ends the watch itself.
+            _request_timeout=(self._connect_timeout, timeout_seconds + 30),
+        )
+        return WatchStream(response, f"watch {kind.key}")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort on shutdown
+            self._api_client.close()
+
+
+def kind(key: str) -> KindRef:
+    return KINDS[key]

@@ -1,0 +1,66 @@
+"""Plain types crossing the adapter boundary: no `kubernetes` objects leak past inventory.k8s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class KindRef:
+    """One synced Kubernetes kind: how to address it and which client call lists it."""
+
+    key: str  # our stable name, e.g. "pods"
+    kind: str
+    group: str  # "" for core
+    version: str
+    namespaced: bool
+    api: str  # "core" or "resource"
+    list_method: str  # method on the typed API class
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS: dict[str, KindRef] = {
+    ref.key: ref
+    for ref in (
+        KindRef("namespaces", "Namespace", "", "v1", False, "core", "list_namespace"),
+        KindRef("nodes", "Node", "", "v1", False, "core", "list_node"),
+        KindRef("pods", "Pod", "", "v1", True, "core", "list_pod_for_all_namespaces"),
+        KindRef("resourcequotas", "ResourceQuota", "", "v1", True, "core", "list_resource_quota_for_all_namespaces"),
+        KindRef("events", "Event", "", "v1", True, "core", "list_event_for_all_namespaces"),
+        KindRef("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False, "resource", "list_resource_slice"),
+        KindRef("deviceclasses", "DeviceClass", "resource.k8s.io", "v1", False, "resource", "list_device_class"),
+        KindRef(
+            "resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True, "resource",
+            "list_resource_claim_for_all_namespaces",
+        ),
+        KindRef(
+            "resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1", True, "resource",
+            "list_resource_claim_template_for_all_namespaces",
+        ),
+    )
+}
+
+
+@dataclass(slots=True)
+class ListPage:
+    """One page of a paginated list; `items` are raw object dicts."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str | None
+    remaining: int | None = None
+
+
+@dataclass(slots=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    object: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resource_version(self) -> str:
+        meta = self.object.get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""

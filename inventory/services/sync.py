@@ -1,0 +1,343 @@
+"""The sync engine: one code path mirrors every kind of every cluster into the database.
+
+list (paginated, `limit`/`continue`) → watch from the list's resourceVersion with bookmarks → `410 Gone` → relist.
+Pages and watch batches are applied with bulk upserts keyed by (cluster, uid), each in its own short transaction that
+first checks the fencing token. Objects missing from a *complete* listing become tombstones; an interrupted listing
+prunes nothing. The resourceVersion is saved with every batch, so a restarted watcher resumes instead of relisting.
+
+Network I/O never happens inside a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from inventory.errors import (
+    ClusterError,
+    ClusterUnreachableError,
+    LeaseLostError,
+    ResourceExpiredError,
+)
+from inventory.extract import UnstorableObjectError, extract_row
+from inventory.k8s.client import ClusterClient
+from inventory.k8s.types import WatchEvent
+from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
+from inventory.leases import Lease
+from inventory.models import Cluster, KubeObject, SyncIssue, SyncState
+
+logger = logging.getLogger(__name__)
+
+WATCH_BATCH_MAX = 500
+WATCH_BATCH_WAIT = 0.2  # seconds an event may wait for company before the batch is written
+BACKOFF_MAX = 10.0
+_BASE_COLUMNS = {"cluster", "uid", "first_seen_at", "id", "list_id"}
+
+DB_TRANSIENT = (OperationalError, InterfaceError)
+
+
+@dataclass
+class ListResult:
+    kind: str
+    count: int = 0
+    tombstoned: int = 0
+    pages: int = 0
+    resource_version: str = ""
+    seconds: float = 0.0
+    flagged: int = 0
+    unstorable: int = 0
+
+
+@dataclass
+class WindowResult:
+    kind: str
+    lists: list[ListResult] = field(default_factory=list)
+    events: int = 0
+    batches: int = 0
+    relists: int = 0
+    errors: list[str] = field(default_factory=list)
+    resource_version: str = ""
+
+
+def sync_state_for(*, cluster_id: int, kind: str) -> SyncState:
+    kind_ref(kind)  # validates the name
+    state, _ = SyncState.objects.get_or_create(cluster_id=cluster_id, kind=kind)
+    return state
+
+
+@contextmanager
+def _fenced(state_id: int, token: int) -> Iterator[None]:
+    """A transaction that proceeds only while `token` is the newest fencing token that wrote for this state."""
+    with transaction.atomic():
+        fence = SyncState.objects.select_for_update().values_list("fence", flat=True).get(pk=state_id)
+        if fence > token:
+            raise LeaseLostError(f"sync state {state_id}: fencing token {token} superseded by {fence}")
+        if fence < token:
+            SyncState.objects.filter(pk=state_id).update(fence=token)
+        yield
+
+
+def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[Any], **extra: Any) -> tuple[
+    list[KubeObject], list[SyncIssue]
+]:
+    rows: list[KubeObject] = []
+    problems: list[SyncIssue] = []
+    by_uid: dict[str, int] = {}
+    for obj in items:
+        try:
+            columns = extract_row(kind, obj)
+        except UnstorableObjectError as exc:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            problems.append(
+                SyncIssue(
+                    cluster_id=cluster_id, kind=kind, name=str(meta.get("name", ""))[:253],
+                    namespace=str(meta.get("namespace", ""))[:253], error=str(exc), excerpt=repr(obj)[:2000],
+                )
+            )
+            continue
+        row = model(cluster_id=cluster_id, **columns, **extra)
+        if columns["uid"] in by_uid:  # the same object twice in one batch: the later version wins
+            rows[by_uid[columns["uid"]]] = row
+        else:
+            by_uid[columns["uid"]] = len(rows)
+            rows.append(row)
+    return rows, problems
+
+
+def _update_fields(model: type[KubeObject], *, with_list_id: bool) -> list[str]:
+    names = [f.name for f in model._meta.concrete_fields if f.name not in _BASE_COLUMNS]
+    return [*names, "list_id"] if with_list_id else names
+
+
+def _upsert(model: type[KubeObject], rows: list[KubeObject], *, with_list_id: bool) -> int:
+    """Bulk upsert; if the batch as a whole is refused, store row by row and flag the ones the database refuses."""
+    if not rows:
+        return 0
+    fields = _update_fields(model, with_list_id=with_list_id)
+    try:
+        with transaction.atomic():
+            model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["cluster", "uid"], update_fields=fields)
+        return len(rows)
+    except DB_TRANSIENT:
+        raise
+    except (DatabaseError, ValueError, TypeError) as batch_error:
+        logger.warning("bulk upsert of %d %s refused (%s); retrying row by row", len(rows), model.__name__,
+                       type(batch_error).__name__)
+    stored = 0
+    for row in rows:
+        try:
+            with transaction.atomic():
+                model.objects.bulk_create([row], update_conflicts=True, unique_fields=["cluster", "uid"],
+                                          update_fields=fields)
+            stored += 1
+        except DB_TRANSIENT:
+            raise
+        except (DatabaseError, ValueError, TypeError) as exc:
+            SyncIssue.objects.create(
+                cluster_id=row.cluster_id, kind=model.__name__, name=row.name[:253], namespace=row.namespace[:253],
+                error=f"database refused the object: {type(exc).__name__}: {str(exc)[:300]}",
+                excerpt=repr(row.raw)[:2000],
+            )
+    return stored
+
+
+def kind_list(
+    *, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, page_size: int | None = None,
+    on_page: Callable[[int], None] | None = None,
+) -> ListResult:
+    """Full paginated listing of one kind; upserts every page, then tombstones what the listing did not contain.
+
+    Idempotent. A listing that fails half-way raises and prunes nothing; the next one starts over.
+    """
+    ref = kind_ref(kind)
+    model = MODELS[kind]
+    page_size = page_size or settings.PORTAL_LIST_PAGE_SIZE
+    started = time.monotonic()
+    result = ListResult(kind=kind)
+    with _fenced(lease.state_id, lease.token):
+        SyncState.objects.filter(pk=lease.state_id).update(
+            list_id=F("list_id") + 1, phase=SyncState.Phase.LISTING, listed_count=0, list_total=None,
+            last_list_started_at=timezone.now(),
+        )
+        list_id = SyncState.objects.values_list("list_id", flat=True).get(pk=lease.state_id)
+
+    token: str | None = None
+    while True:
+        lease.keep()
+        page = client.list_page(ref, limit=page_size, continue_token=token)  # I/O outside any transaction
+        rows, problems = _rows(model, cluster_id, kind, page.items, list_id=list_id, deleted_at=None)
+        with _fenced(lease.state_id, lease.token):
+            _upsert(model, rows, with_list_id=True)
+            SyncIssue.objects.bulk_create(problems)
+            result.count += len(rows)
+            SyncState.objects.filter(pk=lease.state_id).update(
+                listed_count=result.count,
+                list_total=(result.count + page.remaining) if page.remaining is not None else None,
+            )
+        result.pages += 1
+        result.flagged += sum(1 for r in rows if r.issues)
+        result.unstorable += len(problems)
+        if on_page:
+            on_page(result.count)
+        token = page.continue_token
+        if not token:
+            result.resource_version = page.resource_version
+            break
+
+    now = timezone.now()
+    with _fenced(lease.state_id, lease.token):
+        result.tombstoned = (
+            model.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).exclude(list_id=list_id)
+            .update(deleted_at=now)
+        )
+        result.seconds = time.monotonic() - started
+        SyncState.objects.filter(pk=lease.state_id).update(
+            resource_version=result.resource_version, phase=SyncState.Phase.WATCHING,
+            last_list_finished_at=now, last_list_seconds=result.seconds, last_success_at=now,
+            list_total=result.count, last_error="",
+        )
+    return result
+
+
+def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease: Lease) -> str:
+    """Apply one batch of watch events and save the resourceVersion of the last one, in one fenced transaction."""
+    model = MODELS[kind]
+    now = timezone.now()
+    objects = [e for e in events if e.type in ("ADDED", "MODIFIED", "DELETED")]
+    live, problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type != "DELETED"],
+                           deleted_at=None)
+    gone, gone_problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type == "DELETED"],
+                                deleted_at=now)
+    gone_uids = {row.uid for row in gone}
+    live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
+    resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
+    with _fenced(lease.state_id, lease.token):
+        _upsert(model, live + gone, with_list_id=False)
+        SyncIssue.objects.bulk_create(problems + gone_problems)
+        updates: dict[str, Any] = {
+            "last_event_at": now, "last_success_at": now, "events_applied": F("events_applied") + len(objects),
+            "phase": SyncState.Phase.WATCHING,
+        }
+        if resource_version:
+            updates["resource_version"] = resource_version
+        SyncState.objects.filter(pk=lease.state_id).update(**updates)
+    return resource_version
+
+
+def _record_error(state_id: int, message: str) -> None:
+    try:
+        SyncState.objects.filter(pk=state_id).update(last_error=message[:2000], last_error_at=timezone.now())
+    except DatabaseError:
+        logger.warning("could not record sync error for state %s", state_id)
+
+
+def _saved_resource_version(state_id: int) -> str:
+    return SyncState.objects.values_list("resource_version", flat=True).get(pk=state_id)
+
+
+def kind_sync_window(
+    *,
+    cluster_id: int,
+    kind: str,
+    client: ClusterClient,
+    lease: Lease,
+    window_seconds: float,
+    stop: threading.Event | None = None,
+) -> WindowResult:
+    """Run the list/watch loop for one (cluster, kind) for a bounded window while holding `lease`.
+
+    Survives dropped connections, 5xx/429 storms (honouring Retry-After), 410 Gone (relist) and lost database
+    connections by retrying within the window; returns when the window ends or raises LeaseLostError.
+    """
+    ref = kind_ref(kind)
+    result = WindowResult(kind=kind)
+    deadline = time.monotonic() + window_seconds
+    backoff = 0.5
+    keep_lease = lease.keep
+
+    def pause(seconds: float) -> None:
+        end = min(deadline, time.monotonic() + seconds)
+        while time.monotonic() < end and not (stop and stop.is_set()):
+            keep_lease()
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+    while time.monotonic() < deadline and not (stop and stop.is_set()):
+        try:
+            keep_lease()
+            resource_version = _saved_resource_version(lease.state_id)
+            if not resource_version:
+                listing = kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease)
+                result.lists.append(listing)
+                resource_version = listing.resource_version
+            remaining = max(1, int(deadline - time.monotonic()))
+            with client.watch(ref, resource_version=resource_version, timeout_seconds=remaining) as stream:
+                while not (stop and stop.is_set()):
+                    keep_lease()
+                    events, ended = stream.next_batch(
+                        max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(deadline, lease.next_renew)
+                    )
+                    if events:
+                        saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease)
+                        result.events += sum(1 for e in events if e.type != "BOOKMARK")
+                        result.batches += 1
+                        result.resource_version = saved or result.resource_version
+                    if ended or time.monotonic() >= deadline:
+                        break
+            backoff = 0.5
+        except ResourceExpiredError as exc:
+            logger.info("%s/%s: %s; relisting", cluster_id, kind, exc)
+            result.relists += 1
+            SyncState.objects.filter(pk=lease.state_id).update(resource_version="", relists=F("relists") + 1)
+        except ClusterUnreachableError as exc:
+            result.errors.append(str(exc))
+            _record_error(lease.state_id, str(exc))
+            pause(exc.retry_after if exc.retry_after is not None else backoff)
+            backoff = min(BACKOFF_MAX, backoff * 2)
+        except DB_TRANSIENT as exc:
+            result.errors.append(f"database: {type(exc).__name__}")
+            logger.warning("%s/%s: database connection problem (%s); reconnecting", cluster_id, kind,
+                           type(exc).__name__)
+            connection.close()
+            pause(backoff)
+            backoff = min(BACKOFF_MAX, backoff * 2)
+        except IntegrityError as exc:  # should not happen; never let it spin the loop hot
+            result.errors.append(str(exc)[:300])
+            _record_error(lease.state_id, str(exc))
+            pause(backoff)
+            backoff = min(BACKOFF_MAX, backoff * 2)
+    return result
+
+
+def cluster_sync_once(
+    *, cluster_id: int, client: ClusterClient, lease_for: Callable[[SyncState], Lease | None],
+    kinds: Iterable[str] = SYNCED_KINDS, page_size: int | None = None,
+) -> list[ListResult]:
+    """List every kind once (the `sync --once` command). Skips kinds whose lease a running watcher holds."""
+    results: list[ListResult] = []
+    for kind in kinds:
+        state = sync_state_for(cluster_id=cluster_id, kind=kind)
+        lease = lease_for(state)
+        if lease is None:
+            raise ClusterError(f"{kind}: a watcher holds the lease; stop it or wait for its window to end")
+        try:
+            results.append(kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease,
+                                     page_size=page_size))
+        finally:
+            lease.release()
+    return results
+
+
+def cluster_live_uids(*, cluster: Cluster, kind: str) -> dict[str, str]:
+    """uid → resourceVersion of the live mirror rows (used by convergence checks and the admin)."""
+    return dict(MODELS[kind].objects.filter(cluster=cluster).live().values_list("uid", "resource_version"))

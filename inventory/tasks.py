@@ -1,0 +1,98 @@
+"""Celery tasks: thin wrappers that take primary keys, hold a lease and call the sync service.
+
+Beat runs `watchers_ensure` every few seconds; it enqueues a `watch_window` for every (cluster, kind) whose lease
+nobody holds. A window lists if needed, watches for PORTAL_WATCH_WINDOW_SECONDS, saves its resourceVersion,
+releases the lease and enqueues its successor, so a killed worker loses at most one window and no data.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from inventory.errors import ClusterConfigError, ClusterError, LeaseLostError
+from inventory.kinds import SYNCED_KINDS
+from inventory.leases import lease_backend
+from inventory.models import Cluster, SyncState
+from inventory.services.clients import client_for
+from inventory.services.sync import _record_error, kind_sync_window, sync_state_for
+
+logger = logging.getLogger(__name__)
+
+
+def _claim_enqueue(state: SyncState) -> bool:
+    """Atomic "enqueue once" marker so beat does not pile up windows while a worker is busy starting one."""
+    key = f"portal:watch-enqueued:{state.pk}"
+    ttl = max(5, int(settings.PORTAL_WATCH_LEASE_SECONDS))
+    if settings.PORTAL_LEASE_BACKEND == "redis":
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+        return bool(client.set(key, "1", nx=True, ex=ttl))
+    return cache.add(key, "1", timeout=ttl)
+
+
+def _clear_enqueue(state_id: int) -> None:
+    key = f"portal:watch-enqueued:{state_id}"
+    if settings.PORTAL_LEASE_BACKEND == "redis":
+        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5).delete(key)
+    else:
+        cache.delete(key)
+
+
+@shared_task(name="inventory.watchers_ensure", ignore_result=True)
+def watchers_ensure_task() -> int:
+    """Keep one watcher per (cluster, kind) alive. Returns how many windows it enqueued."""
+    backend = lease_backend()
+    started = 0
+    for cluster_id in Cluster.objects.enabled().values_list("pk", flat=True):
+        for kind in SYNCED_KINDS:
+            state = sync_state_for(cluster_id=cluster_id, kind=kind)
+            if backend.is_held(state) or not _claim_enqueue(state):
+                continue
+            watch_window_task.delay(cluster_id, kind)
+            started += 1
+    return started
+
+
+@shared_task(name="inventory.watch_window", ignore_result=True, acks_late=True)
+def watch_window_task(cluster_id: int, kind: str) -> str:
+    """One bounded list/watch window under the (cluster, kind) lease; hands over to a successor at the end."""
+    state = sync_state_for(cluster_id=cluster_id, kind=kind)
+    _clear_enqueue(state.pk)
+    cluster = Cluster.objects.filter(pk=cluster_id, sync_enabled=True).first()
+    if cluster is None:
+        return "cluster disabled or gone"
+    lease = lease_backend().acquire(state, settings.PORTAL_WATCH_LEASE_SECONDS)
+    if lease is None:
+        return "lease held by another watcher"
+    handover = True
+    try:
+        client = client_for(cluster)
+        try:
+            result = kind_sync_window(
+                cluster_id=cluster_id, kind=kind, client=client, lease=lease,
+                window_seconds=settings.PORTAL_WATCH_WINDOW_SECONDS,
+            )
+        finally:
+            client.close()
+        outcome = f"{result.events} events, {len(result.lists)} lists, {result.relists} relists"
+    except LeaseLostError as exc:
+        handover = False  # whoever holds it now carries on; beat covers the case where nobody does
+        outcome = f"lease lost: {exc}"
+    except ClusterConfigError as exc:
+        handover = False  # permanent until an admin fixes the cluster; beat retries
+        _record_error(state.pk, str(exc))
+        outcome = f"config error: {exc}"
+    except ClusterError as exc:
+        handover = False
+        _record_error(state.pk, str(exc))
+        outcome = f"cluster error: {exc}"
+    finally:
+        lease.release()
+    if handover and _claim_enqueue(state):
+        watch_window_task.delay(cluster_id, kind)
+    logger.info("watch window %s/%s: %s", cluster.name, kind, outcome)
+    return outcome

@@ -1,0 +1,95 @@
+"""`manage.py demo`: the simulator, a Celery worker and beat, and the web server, wired together.
+
+Started by `make demo` under portal.settings.demo (SQLite under var/, filesystem broker) unless DATABASE_URL /
+REDIS_URL point at real services. Ctrl-C stops every process this command started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((host, port)) == 0
+
+
+class Command(BaseCommand):
+    help = "Run the demo: simulator + Celery worker + beat + web server on http://127.0.0.1:8000."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--scenario", default="demo")
+        parser.add_argument("--sim-port", type=int, default=int(os.environ.get("KUBESIM_PORT", "6443")))
+        parser.add_argument("--web-port", type=int, default=int(os.environ.get("PORTAL_PORT", "8000")))
+        parser.add_argument("--churn", default=os.environ.get("KUBESIM_CHURN", "0.5"))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        var = Path(settings.BASE_DIR) / "var"
+        for sub in ("celery-broker", "celery-broker/processed"):
+            (var / sub).mkdir(parents=True, exist_ok=True)
+        for port in (options["sim_port"], options["web_port"]):
+            if _port_open("127.0.0.1", port):
+                raise CommandError(f"port {port} is already in use (another demo running?)")
+        kubeconfig = var / "kubesim.kubeconfig"
+        kubeconfig.unlink(missing_ok=True)
+        python, manage = sys.executable, str(Path(settings.BASE_DIR) / "manage.py")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        procs: list[subprocess.Popen[bytes]] = []
+
+        def spawn(*cmd: str) -> None:
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+
+        def stop_all(*_: object) -> None:
+            for proc in reversed(procs):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            spawn(python, manage, "kubesim", "--scenario", options["scenario"], "--port", str(options["sim_port"]),
+                  "--write-kubeconfig", str(kubeconfig), "--churn", str(options["churn"]))
+            deadline = time.monotonic() + 60
+            while not (kubeconfig.exists() and _port_open("127.0.0.1", options["sim_port"])):
+                if time.monotonic() > deadline or procs[0].poll() is not None:
+                    raise CommandError("the simulator did not start")
+                time.sleep(0.2)
+            call_command("demo_users")
+            call_command("cluster_add", "demo", "--kubeconfig", str(kubeconfig), "--description", "kubesim demo")
+            call_command("sync", "--cluster", "demo", "--once")
+            celery = [python, "-m", "celery", "-A", "portal"]
+            spawn(*celery, "worker", "-Q", "watch,default", "-P", "threads", "-c", "16", "--loglevel", "INFO",
+                  "-n", "demo@%h")
+            spawn(*celery, "beat", "--loglevel", "INFO", "-s", str(var / "celerybeat-schedule"))
+            spawn(python, manage, "runserver", f"127.0.0.1:{options['web_port']}", "--noreload")
+            self.stdout.write(self.style.SUCCESS(
+                f"\nAccelerator Portal demo on http://127.0.0.1:{options['web_port']}/ "
+                f"(simulator on http://127.0.0.1:{options['sim_port']}, kubeconfig {kubeconfig})\n"
+                "Logins (password 'demo'): member, lead, approver, security, admin, finance\n"
+                "Ctrl-C stops everything.\n"
+            ))
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+            failed = [p.args for p in procs if p.poll() is not None]
+            raise CommandError(f"a demo process exited: {failed}")
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping…")
+        finally:
+            stop_all()

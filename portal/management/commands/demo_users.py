@@ -1,0 +1,35 @@
+"""Create one demo user per role (password `demo`). Only the demo uses this; it refuses outside demo settings."""
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.roles import Role
+
+DEMO_USERS = {
+    "member": Role.TENANT_MEMBER,
+    "lead": Role.TENANT_LEAD,
+    "approver": Role.APPROVER,
+    "security": Role.SECURITY_APPROVER,
+    "admin": Role.PLATFORM_ADMIN,
+    "finance": Role.FINANCE,
+}
+
+
+class Command(BaseCommand):
+    help = "Create the demo users (one per role, password 'demo'). Demo settings only."
+
+    def handle(self, *args: object, **options: object) -> None:
+        if not getattr(settings, "PORTAL_DEMO", False):
+            raise CommandError("demo users exist only under portal.settings.demo")
+        for username, role in DEMO_USERS.items():
+            user, _ = User.objects.get_or_create(username=username, defaults={"email": f"{username}@demo.invalid"})
+            user.set_password("demo")
+            user.is_staff = role == Role.PLATFORM_ADMIN
+            user.is_superuser = role == Role.PLATFORM_ADMIN
+            user.save()
+            user.groups.add(Group.objects.get(name=role.value))
+            if role == Role.TENANT_LEAD:
+                user.groups.add(Group.objects.get(name=Role.TENANT_MEMBER.value))
+        self.stdout.write("demo logins (password 'demo'): " + ", ".join(
+            f"{u} ({r.value})" for u, r in DEMO_USERS.items()))

@@ -1,0 +1,21 @@
+"""Embedded defaults for `make demo`: SQLite under var/, filesystem broker, a per-checkout secret."""
+
+import os
+import secrets
+from pathlib import Path
+
+_var = Path(__file__).resolve().parent.parent.parent / "var"
+_var.mkdir(exist_ok=True)
+_secret_file = _var / "demo-secret-key"
+if not _secret_file.exists():
+    _secret_file.write_text(secrets.token_urlsafe(50))
+os.environ.setdefault("DJANGO_SECRET_KEY", _secret_file.read_text().strip())
+os.environ.setdefault("DATABASE_URL", f"sqlite:///{_var / 'demo.sqlite3'}")
+os.environ.setdefault("DJANGO_DEBUG", "true")
+os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+os.environ.setdefault("PORTAL_WATCH_WINDOW_SECONDS", "60")
+
+# Settings layering is the one place we star-import: the module *is* base.py with different env defaults.
+from portal.settings.base import *  # noqa: E402, F403
+
+PORTAL_DEMO = True

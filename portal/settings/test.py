@@ -1,0 +1,16 @@
+"""Test settings: the machine's real PostgreSQL and Redis; only speed settings differ from base."""
+
+import os
+
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-not-secret")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+os.environ.setdefault("DJANGO_SECURE", "false")
+
+from portal.settings.base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+PORTAL_WATCH_LEASE_SECONDS = 5
