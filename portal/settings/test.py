@@ -13,4 +13,4 @@ from portal.settings.base import *  # noqa: F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
-PORTAL_WATCH_LEASE_SECONDS = 5
+PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=5)  # noqa: F405

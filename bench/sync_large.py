@@ -1,0 +1,121 @@
+"""Benchmark: initial `sync --once` of the `large` scenario vs `kubectl get <kind> -A -o json --chunk-size=500`.
+
+Both list the same objects from the same simulator in the same run (kubectl before and after the sync; the ratio
+uses their mean). The sync writes into a fresh PostgreSQL database (`portal_bench`). Prints the figures and the
+sync process's peak RSS. Targets (DESIGN.md §5): sync ≤ 3 times kubectl, peak RSS ≤ 600 MB.
+
+    .venv/bin/python bench/sync_large.py [--scenario large] [--keep-db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ["namespaces", "nodes", "pods", "resourcequotas", "events", "resourceslices", "deviceclasses",
+         "resourceclaims", "resourceclaimtemplates"]
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None, stdout: int | None = None) -> tuple[float, int, int]:
+    """Run a command; return (seconds, peak RSS in KiB, exit code) using wait4's rusage for that child."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=stdout if stdout is not None else subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - started, usage.ru_maxrss, proc.returncode
+
+
+def kubectl_all(kubeconfig: str) -> float:
+    total = 0.0
+    for kind in KINDS:
+        seconds, _, code = run_measured(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", kind, "-A", "-o", "json", "--chunk-size=500"])
+        if code != 0:
+            raise SystemExit(f"kubectl get {kind} failed with {code}")
+        total += seconds
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="large")
+    parser.add_argument("--db", default="portal_bench")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="portal-bench-"))
+    kubeconfig = str(workdir / "kubeconfig")
+    port = free_port()
+    print(f"starting the simulator with scenario {args.scenario!r} …", flush=True)
+    started = time.perf_counter()
+    sim = subprocess.Popen([PY, "-m", "kubesim", "--scenario", args.scenario, "--port", str(port),
+                            "--write-kubeconfig", kubeconfig], cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        while not Path(kubeconfig).exists():
+            if sim.poll() is not None:
+                raise SystemExit("simulator exited")
+            time.sleep(0.5)
+        print(f"simulator ready in {time.perf_counter() - started:.1f}s", flush=True)
+
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{args.db}"')
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
+               "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}",
+               "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}
+        subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run([PY, "manage.py", "cluster_add", "large", "--kubeconfig", kubeconfig], cwd=ROOT, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+
+        kubectl_before = kubectl_all(kubeconfig)
+        print(f"kubectl (run 1): {kubectl_before:.2f}s", flush=True)
+        out = workdir / "sync.txt"
+        with out.open("wb") as fh:
+            sync_seconds, sync_rss_kib, code = run_measured(
+                [PY, "manage.py", "sync", "--cluster", "large", "--once"], env=env, stdout=fh.fileno())
+        print(out.read_text(), flush=True)
+        if code != 0:
+            raise SystemExit(f"sync failed with exit code {code}")
+        kubectl_after = kubectl_all(kubeconfig)
+        print(f"kubectl (run 2): {kubectl_after:.2f}s", flush=True)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=30)
+
+    kubectl_mean = (kubectl_before + kubectl_after) / 2
+    result = {
+        "scenario": args.scenario,
+        "sync_once_seconds": round(sync_seconds, 2),
+        "kubectl_seconds_mean": round(kubectl_mean, 2),
+        "kubectl_seconds_runs": [round(kubectl_before, 2), round(kubectl_after, 2)],
+        "ratio_sync_to_kubectl": round(sync_seconds / kubectl_mean, 2),
+        "sync_peak_rss_mb": round(sync_rss_kib / 1024, 1),
+        "targets": {"ratio": 3.0, "peak_rss_mb": 600},
+    }
+    print(json.dumps(result, indent=2))
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    (results / f"sync_{args.scenario}.json").write_text(json.dumps(result, indent=2))
+    ok = result["ratio_sync_to_kubectl"] <= 3.0 and result["sync_peak_rss_mb"] <= 600
+    print("targets met" if ok else "TARGETS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

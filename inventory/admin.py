@@ -1,0 +1,179 @@
+"""Admin: clusters are edited here (the kubeconfig is write-only); everything the sync engine writes is read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from inventory import models
+from inventory.errors import ClusterConfigError
+from inventory.services.clients import parse_kubeconfig
+
+KUBECONFIG_SET = "••• (set)"
+
+
+class ClusterAdminForm(forms.ModelForm):
+    """The kubeconfig is never sent back to the browser: the field starts empty and an empty submission keeps it."""
+
+    kubeconfig = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 8, "autocomplete": "off", "spellcheck": "false"}),
+        help_text="Paste kubeconfig YAML to replace the stored one. Leave empty to keep it. Never displayed.",
+    )
+    clear_kubeconfig = forms.BooleanField(required=False, label="Remove the stored kubeconfig")
+
+    class Meta:
+        model = models.Cluster
+        fields = [
+            "name",
+            "description",
+            "connection",
+            "kubeconfig",
+            "clear_kubeconfig",
+            "kubeconfig_path",
+            "context",
+            "sync_enabled",
+        ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial["kubeconfig"] = ""  # never render the stored secret
+        if self.instance.pk and self.instance.kubeconfig:
+            self.fields["kubeconfig"].widget.attrs["placeholder"] = KUBECONFIG_SET
+            self.fields["kubeconfig"].help_text = f"{KUBECONFIG_SET}. " + str(self.fields["kubeconfig"].help_text)
+
+    def clean_kubeconfig(self) -> str:
+        text: str = self.cleaned_data.get("kubeconfig") or ""
+        if text.strip():
+            try:
+                parse_kubeconfig(text)
+            except ClusterConfigError as exc:
+                raise forms.ValidationError(str(exc)) from None
+            return text
+        return ""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        stored = self.instance.kubeconfig if self.instance.pk else ""
+        if cleaned.get("clear_kubeconfig"):
+            cleaned["kubeconfig"] = ""
+        elif not cleaned.get("kubeconfig"):
+            cleaned["kubeconfig"] = stored
+        connection = cleaned.get("connection")
+        if connection == models.Cluster.ConnectionKind.KUBECONFIG and not cleaned["kubeconfig"]:
+            self.add_error("kubeconfig", "This connection kind needs a kubeconfig.")
+        if connection == models.Cluster.ConnectionKind.KUBECONFIG_PATH and not cleaned.get("kubeconfig_path"):
+            self.add_error("kubeconfig_path", "This connection kind needs a kubeconfig path.")
+        return cleaned
+
+
+@admin.register(models.Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterAdminForm
+    list_display = ["name", "connection", "sync_enabled", "server_version", "created_at"]
+    list_filter = ["connection", "sync_enabled"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["server_version", "created_at"]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by the sync engine: viewable, never editable here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(models.SyncState)
+class SyncStateAdmin(ReadOnlyAdmin):
+    list_display = [
+        "cluster",
+        "kind",
+        "phase",
+        "resource_version",
+        "listed_count",
+        "list_total",
+        "relists",
+        "last_success_at",
+        "last_error_at",
+    ]
+    list_filter = ["cluster", "kind", "phase"]
+    list_select_related = ["cluster"]
+
+
+@admin.register(models.SyncIssue)
+class SyncIssueAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "cluster", "kind", "namespace", "name", "error"]
+    list_filter = ["cluster", "kind"]
+    search_fields = ["name", "namespace", "error"]
+    list_select_related = ["cluster"]
+    readonly_fields = ["cluster", "kind", "name", "namespace", "error", "excerpt", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # issues come from the sync engine; admins may only review and delete them
+
+
+class Tombstoned(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("live", "Live"), ("deleted", "Tombstoned")]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() == "live":
+            return queryset.filter(deleted_at__isnull=True)
+        if self.value() == "deleted":
+            return queryset.filter(deleted_at__isnull=False)
+        return queryset
+
+
+class KubeObjectAdmin(ReadOnlyAdmin):
+    list_display = ["name", "namespace", "cluster", "resource_version", "deleted_at"]
+    list_filter = [Tombstoned, "cluster"]
+    search_fields = ["name", "namespace", "uid"]
+    list_select_related = ["cluster"]
+
+
+@admin.register(models.Node)
+class NodeAdmin(KubeObjectAdmin):
+    list_display = ["name", "cluster", "ready", "unschedulable", "kubelet_version", "deleted_at"]
+    list_filter = [Tombstoned, "cluster", "ready", "unschedulable"]
+
+
+@admin.register(models.Pod)
+class PodAdmin(KubeObjectAdmin):
+    list_display = ["name", "namespace", "cluster", "node_name", "phase", "deleted_at"]
+    list_filter = [Tombstoned, "cluster", "phase"]
+    search_fields = ["name", "namespace", "uid", "node_name"]
+
+
+@admin.register(models.Event)
+class EventAdmin(KubeObjectAdmin):
+    list_display = ["name", "namespace", "cluster", "type", "reason", "involved_kind", "involved_name", "deleted_at"]
+    list_filter = [Tombstoned, "cluster", "type", "reason"]
+
+
+@admin.register(models.ResourceSlice)
+class ResourceSliceAdmin(KubeObjectAdmin):
+    list_display = ["name", "cluster", "driver", "pool_name", "node_name", "device_count", "deleted_at"]
+    list_filter = [Tombstoned, "cluster", "driver"]
+
+
+for _model in (
+    models.Namespace,
+    models.ResourceQuota,
+    models.DeviceClass,
+    models.ResourceClaim,
+    models.ResourceClaimTemplate,
+):
+    admin.site.register(_model, KubeObjectAdmin)

@@ -1,0 +1,30 @@
+"""Read-only REST resources for clusters and nodes."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import viewsets
+
+from inventory.api.serializers import ClusterSerializer, NodeSerializer
+from inventory.filtersets import NodeFilterSet
+from inventory.models import Cluster, Node
+from portal.api import PortalExceptionHandlerMixin
+
+
+class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    """Registered clusters and their per-kind sync state. Connection secrets are never exposed."""
+
+    serializer_class = ClusterSerializer
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return Cluster.objects.defer("kubeconfig", "kubeconfig_path").prefetch_related("sync_states").order_by("name")
+
+
+class NodeViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    """Live (not tombstoned) nodes of every cluster; see inventory.filtersets for the filter semantics."""
+
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet
+
+    def get_queryset(self) -> QuerySet[Node]:
+        return Node.objects.live().select_related("cluster").defer("raw", "cluster__kubeconfig").order_by("name", "pk")

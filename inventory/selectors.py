@@ -1,0 +1,158 @@
+"""Reads shared by the pages and the API: sync-state tables, node facts and the node page's pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from inventory.k8s.quantity import parse_quantity
+from inventory.kinds import MODELS, SYNCED_KINDS
+from inventory.models import Cluster, Node, Pod, SyncState
+
+# Taint effects that keep ordinary pods (without a matching toleration) off a node.
+BLOCKING_TAINT_EFFECTS: tuple[str, ...] = ("NoSchedule", "NoExecute")
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+@dataclass(frozen=True, slots=True)
+class KindSyncRow:
+    """One line of a cluster's sync table: the kind's SyncState (None before its first sync) and object counts."""
+
+    kind: str
+    state: SyncState | None
+    live: int
+    tombstoned: int
+
+    @property
+    def phase(self) -> str:
+        return self.state.phase if self.state else "never"
+
+    @property
+    def listing(self) -> bool:
+        return self.state is not None and self.state.phase == SyncState.Phase.LISTING
+
+    @property
+    def last_activity_at(self) -> datetime | None:
+        if self.state is None:
+            return None
+        stamps = [s for s in (self.state.last_event_at, self.state.last_success_at) if s is not None]
+        return max(stamps, default=None)
+
+    @property
+    def lag_seconds(self) -> int | None:
+        """Seconds since the last applied watch event or successful sync step."""
+        last = self.last_activity_at
+        return None if last is None else max(0, int((timezone.now() - last).total_seconds()))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSync:
+    cluster: Cluster
+    rows: list[KindSyncRow]
+
+    @property
+    def listing(self) -> bool:
+        return any(row.listing for row in self.rows)
+
+
+def _object_counts(cluster_ids: list[int]) -> dict[tuple[int, str], tuple[int, int]]:
+    """(cluster_id, kind) → (live, tombstoned). One grouped query per kind, whatever the number of clusters."""
+    counts: dict[tuple[int, str], tuple[int, int]] = {}
+    for kind, model in MODELS.items():
+        grouped = (
+            model.objects.filter(cluster_id__in=cluster_ids)
+            .order_by()
+            .values("cluster_id")
+            .annotate(
+                live=Count("pk", filter=Q(deleted_at__isnull=True)),
+                dead=Count("pk", filter=Q(deleted_at__isnull=False)),
+            )
+        )
+        for row in grouped:
+            counts[(row["cluster_id"], kind)] = (row["live"], row["dead"])
+    return counts
+
+
+def cluster_sync_overview(*, clusters: Iterable[Cluster]) -> list[ClusterSync]:
+    """Per-cluster, per-kind sync state in SYNCED_KINDS order, plus kinds that have a state but are no longer synced."""
+    clusters = list(clusters)
+    ids = [c.pk for c in clusters]
+    states: dict[tuple[int, str], SyncState] = {
+        (s.cluster_id, s.kind): s for s in SyncState.objects.filter(cluster_id__in=ids)
+    }
+    counts = _object_counts(ids)
+    overview = []
+    for cluster in clusters:
+        extra = sorted(kind for (cid, kind) in states if cid == cluster.pk and kind not in SYNCED_KINDS)
+        rows = [
+            KindSyncRow(kind, states.get((cluster.pk, kind)), *counts.get((cluster.pk, kind), (0, 0)))
+            for kind in (*SYNCED_KINDS, *extra)
+        ]
+        overview.append(ClusterSync(cluster=cluster, rows=rows))
+    return overview
+
+
+def cluster_is_listing(*, cluster_id: int) -> bool:
+    return SyncState.objects.filter(cluster_id=cluster_id, phase=SyncState.Phase.LISTING).exists()
+
+
+def node_extended_resource_names() -> list[str]:
+    """Extended resource names (``vendor/name``, hugepages) present in the capacity of some live node."""
+    nodes = Node.objects.live().order_by()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            sql, params = nodes.values("capacity").query.sql_with_params()
+            cursor.execute(f"SELECT DISTINCT jsonb_object_keys(t.capacity) FROM ({sql}) AS t", params)  # noqa: S608
+            keys: Iterable[str] = (row[0] for row in cursor.fetchall())
+    else:
+        keys = {key for capacity in nodes.values_list("capacity", flat=True) for key in (capacity or {})}
+    return sorted(key for key in keys if "/" in key or key.startswith("hugepages-"))
+
+
+def node_is_schedulable(node: Node) -> bool:
+    """Ordinary pods can land here: not cordoned and no NoSchedule/NoExecute taint."""
+    if node.unschedulable:
+        return False
+    return not any(isinstance(t, dict) and t.get("effect") in BLOCKING_TAINT_EFFECTS for t in node.taints or [])
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLine:
+    name: str
+    capacity: str | None
+    allocatable: str | None
+
+    @property
+    def reduced(self) -> bool:
+        """Allocatable is below capacity (reserved by the system, or a device is unhealthy)."""
+        if self.capacity is None or self.allocatable is None:
+            return self.capacity is not None
+        try:
+            return parse_quantity(self.allocatable) < parse_quantity(self.capacity)
+        except ValueError:
+            return False
+
+
+def node_resources(node: Node, *, extended_only: bool) -> list[ResourceLine]:
+    """Capacity vs allocatable per resource name; extended resources only, or every resource."""
+    capacity: dict[str, object] = node.capacity if isinstance(node.capacity, dict) else {}
+    allocatable: dict[str, object] = node.allocatable if isinstance(node.allocatable, dict) else {}
+    names = node.extended_resources if extended_only else sorted(set(capacity) | set(allocatable))
+    return [
+        ResourceLine(
+            name=name,
+            capacity=None if capacity.get(name) is None else str(capacity[name]),
+            allocatable=None if allocatable.get(name) is None else str(allocatable[name]),
+        )
+        for name in names
+    ]
+
+
+def node_pods(*, node: Node) -> QuerySet[Pod]:
+    """Live pods bound to the node (same cluster, spec.nodeName = node name)."""
+    return Pod.objects.live().filter(cluster_id=node.cluster_id, node_name=node.name).order_by("namespace", "name")

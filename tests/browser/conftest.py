@@ -1,0 +1,49 @@
+"""Playwright (sync API) against pytest-django's live_server, driving Debian's Chromium."""
+
+from __future__ import annotations
+
+import os
+
+# Playwright's sync API runs an event loop in this thread; Django would then refuse ORM calls from it.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def playwright_instance() -> Iterator[Playwright]:
+    playwright = sync_playwright().start()
+    yield playwright
+    playwright.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_instance: Playwright) -> Iterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed")
+    browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    yield page
+    context.close()
