@@ -1,0 +1,2066 @@
+"""Scenario layer of kubesim: expand a declarative YAML scenario into Kubernetes objects.
+
+``load_scenario("demo" | "large" | "empty" | path | dict, seed=0)`` returns a list of complete, JSON-able
+Kubernetes objects (Namespaces, DeviceClasses, Nodes, ResourceSlices, ResourceQuotas, ResourceClaimTemplates,
+ResourceClaims, Pods, Events, in that order). The output is deterministic for a given scenario and seed.
+The format is documented in ``docs/kubesim-scenarios.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity"]
+
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
+BUILTIN_SCENARIOS = ("demo", "large", "empty")
+EPOCH = datetime(2026, 1, 15, 8, 0, 0, tzinfo=UTC)
+DRIVER = "gpu.nvidia.com"
+POOL_LABEL = "kubesim.io/node-pool"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
+ALL_MODE_QUOTA = 32  # AllocationResultsMaxSize, what quota charges for allocationMode All
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+PROFILE_RE = re.compile(r"^(\d)g\.(\d+)gb$")
+
+
+class ScenarioError(ValueError):
+    """A scenario cannot be loaded: bad YAML, unknown keys, impossible placement, ..."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPU catalogue (defaults; every field can be overridden in a pool's ``gpu`` block)
+# --------------------------------------------------------------------------------------------------------------
+GPU_MODELS: dict[str, dict[str, Any]] = {
+    "NVIDIA-H100-80GB-HBM3": {
+        "productName": "NVIDIA H100 80GB HBM3",
+        "memoryMiB": 81559,
+        "family": "hopper",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "migCapable": True,
+        "smPerSlice": 16,
+    },
+    "NVIDIA-H200": {
+        "productName": "NVIDIA H200",
+        "memoryMiB": 143771,
+        "family": "hopper",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "migCapable": True,
+        "smPerSlice": 16,
+    },
+    "NVIDIA-A100-SXM4-80GB": {
+        "productName": "NVIDIA A100-SXM4-80GB",
+        "memoryMiB": 81920,
+        "family": "ampere",
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "migCapable": True,
+        "smPerSlice": 14,
+    },
+    "NVIDIA-A100-SXM4-40GB": {
+        "productName": "NVIDIA A100-SXM4-40GB",
+        "memoryMiB": 40960,
+        "family": "ampere",
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "migCapable": True,
+        "smPerSlice": 14,
+    },
+    "Tesla-T4": {
+        "productName": "Tesla T4",
+        "memoryMiB": 15360,
+        "family": "turing",
+        "computeMajor": 7,
+        "computeMinor": 5,
+        "migCapable": False,
+        "smPerSlice": 0,
+    },
+    "NVIDIA-L4": {
+        "productName": "NVIDIA L4",
+        "memoryMiB": 23034,
+        "family": "ada-lovelace",
+        "computeMajor": 8,
+        "computeMinor": 9,
+        "migCapable": False,
+        "smPerSlice": 0,
+    },
+    "NVIDIA-L40S": {
+        "productName": "NVIDIA L40S",
+        "memoryMiB": 46068,
+        "family": "ada-lovelace",
+        "computeMajor": 8,
+        "computeMinor": 9,
+        "migCapable": False,
+        "smPerSlice": 0,
+    },
+}
+# MIG geometry for 7-slice / 8-memory-slice GPUs (A100, H100, H200): profile g -> (memory slices, placements)
+MIG_GEOMETRY = {1: (1, [0, 1, 2, 3, 4, 5, 6]), 2: (2, [0, 2, 4]), 3: (4, [0, 4]), 4: (4, [0]), 7: (8, [0])}
+MIG_PROFILE_IDS = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
+# Named nvidia.com/mig.config layouts (per card) of the GPU Operator's default mig-parted config (80 GB cards)
+MIG_CONFIGS = {
+    "all-1g.10gb": {"1g.10gb": 7},
+    "all-2g.20gb": {"2g.20gb": 3},
+    "all-3g.40gb": {"3g.40gb": 2},
+    "all-7g.80gb": {"7g.80gb": 1},
+    "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+    "all-1g.5gb": {"1g.5gb": 7},
+}
+PCI_BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2b", "3b", "5e", "9b", "ac", "bb", "dc"]
+MODES = ("whole", "mig", "time-slicing", "mps", "dra", "cpu")
+STATES = ("running", "pending", "failed", "succeeded", "creating", "crashloop")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------------------------------
+def _digest(*parts: Any) -> bytes:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+
+
+def _uid(seed: int, kind: str, namespace: str, name: str) -> str:
+    return str(uuid.UUID(bytes=_digest(seed, kind, namespace, name)[:16], version=4))
+
+
+def _suffix(n: int, *parts: Any) -> str:
+    h = _digest(*parts)
+    return "".join(SUFFIX_ALPHABET[b % len(SUFFIX_ALPHABET)] for b in h[:n])
+
+
+def _frac(*parts: Any) -> float:
+    return int.from_bytes(_digest(*parts)[:4], "big") / 2**32
+
+
+def _ts(offset_seconds: float = 0) -> str:
+    return (EPOCH + timedelta(seconds=int(offset_seconds))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_QTY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_QTY_MULT = {
+    None: 1,
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def parse_quantity(value: Any, ctx: str = "quantity") -> Fraction:
+    """Parse a Kubernetes quantity ("500m", "64Gi", 8, "1.5") into an exact Fraction."""
+    if isinstance(value, bool):
+        raise ScenarioError(f"{ctx}: {value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    m = _QTY_RE.match(str(value).strip())
+    if not m:
+        raise ScenarioError(f"{ctx}: {value!r} is not a valid Kubernetes quantity")
+    num = Fraction(m.group(1)) * (Fraction(10) ** int(m.group(2)[1:]) if m.group(2) else 1)
+    return num * _QTY_MULT[m.group(3)]
+
+
+def _fmt_cpu(milli: int) -> str:
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _fmt_bytes(n: int) -> str:
+    for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n and n % mult == 0:
+            return f"{n // mult}{suffix}"
+    return str(n)
+
+
+def _fmt_int(n: int) -> str:
+    return str(n)
+
+
+def _check_keys(d: Any, allowed: set[str], ctx: str, required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(d, dict):
+        raise ScenarioError(f"{ctx}: expected a mapping, got {type(d).__name__}")
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise ScenarioError(
+            f"{ctx}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(sorted(allowed))}"
+        )
+    for key in required:
+        if key not in d:
+            raise ScenarioError(f"{ctx}: missing required key {key!r}")
+    return d
+
+
+def _list(d: dict, key: str, ctx: str) -> list:
+    value = d.get(key) or []
+    if not isinstance(value, list):
+        raise ScenarioError(f"{ctx}.{key}: expected a list")
+    return value
+
+
+def _int(value: Any, ctx: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{ctx}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ScenarioError(f"{ctx}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _label(name: Any, ctx: str) -> str:
+    if not isinstance(name, str) or not DNS_LABEL.match(name):
+        raise ScenarioError(f"{ctx}: {name!r} is not a valid DNS label (lowercase alphanumerics and '-', max 63)")
+    return name
+
+
+def _subdomain(name: Any, ctx: str) -> str:
+    if not isinstance(name, str) or not DNS_SUBDOMAIN.match(name):
+        raise ScenarioError(f"{ctx}: {name!r} is not a valid DNS subdomain")
+    return name
+
+
+def _version_parts(v: str, n: int, ctx: str) -> list[int]:
+    try:
+        parts = [int(p) for p in str(v).split(".")]
+    except ValueError as exc:
+        raise ScenarioError(f"{ctx}: {v!r} is not a dotted version") from exc
+    return (parts + [0] * n)[:n]
+
+
+def _semver(v: str, ctx: str) -> str:
+    return ".".join(str(p) for p in _version_parts(v, 3, ctx))
+
+
+def _cel_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _match_to_cel(match: dict, ctx: str, with_driver: bool) -> str:
+    _check_keys(match, {"driver", "attributes"}, ctx)
+    driver = match.get("driver", DRIVER)
+    terms = [f"device.driver == {_cel_literal(driver)}"] if with_driver else []
+    attrs = match.get("attributes") or {}
+    if not isinstance(attrs, dict):
+        raise ScenarioError(f"{ctx}.attributes: expected a mapping")
+    domain = driver
+    for key, value in attrs.items():
+        if "/" in key:
+            dom, _, ident = key.rpartition("/")
+            terms.append(f"device.attributes[{_cel_literal(dom)}].{ident} == {_cel_literal(value)}")
+        else:
+            terms.append(f"device.attributes[{_cel_literal(domain)}].{key} == {_cel_literal(value)}")
+    return " && ".join(terms) if terms else "true"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# internal model
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class Device:
+    name: str
+    node: str
+    driver: str
+    attrs: dict[str, Any]  # flat attribute values used for matching
+    consumes: dict[str, dict[str, int]]  # counterSet -> counter -> amount
+    allocated: bool = False
+
+
+@dataclass
+class NodeState:
+    index: int
+    name: str
+    pool: str
+    uid: str
+    labels: dict[str, str]
+    taints: list[dict]
+    unschedulable: bool
+    alloc: dict[str, int]  # cpu in milli, memory in bytes, pods, extended resources
+    ip: str
+    pod_cidr: str
+    used: dict[str, int] = field(default_factory=dict)
+    devices: list[Device] = field(default_factory=list)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    pod_count: int = 0
+    pod_ip_seq: int = 1
+
+
+@dataclass
+class ClaimState:
+    name: str
+    namespace: str
+    uid: str
+    requests: list[dict]  # normalised: name, deviceClassName, count, mode, admin, match, selectors
+    config: list
+    created: float
+    template: str | None = None
+    owner_pod: tuple[str, str] | None = None  # (name, uid) for template-generated claims
+    pod_claim_name: str | None = None
+    results: list[dict] | None = None
+    node: str | None = None
+    reserved: list[dict] = field(default_factory=list)
+    want_allocated: bool = False
+    pool: str | None = None
+
+
+def _tolerates(taint: dict, tolerations: list[dict]) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint["effect"]:
+            continue
+        op = tol.get("operator", "Equal")
+        if op == "Exists":
+            if not tol.get("key") or tol["key"] == taint["key"]:
+                return True
+        elif tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the builder
+# --------------------------------------------------------------------------------------------------------------
+class _Builder:
+    def __init__(self, spec: dict, seed: int) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.nodes: list[NodeState] = []
+        self.nodes_by_name: dict[str, NodeState] = {}
+        self.pool_nodes: dict[str, list[NodeState]] = {}
+        self.pool_specs: dict[str, dict] = {}
+        self.pool_cursor: dict[str, int] = {}
+        self.classes: dict[str, dict] = {}
+        self.namespaces: dict[str, dict] = {}
+        self.templates: dict[tuple[str, str], dict] = {}
+        self.claims: dict[tuple[str, str], ClaimState] = {}
+        self.claim_order: list[ClaimState] = []
+        self.pods: list[dict] = []
+        self.events: list[dict] = []
+        self.pod_names: set[tuple[str, str]] = set()
+        self.slices: list[dict] = []
+        self.node_objs: list[dict] = []
+        self.has_dra = False
+        self.pending_cache: dict[int, str] = {}
+        self.pod_usage: list[tuple[str, dict[str, int]]] = []  # (namespace, requests) of non-terminal pods
+        version = str(spec.get("kubernetesVersion", "v1.35.0"))
+        if not re.match(r"^v?\d+\.\d+(\.\d+)?$", version):
+            raise ScenarioError(f"kubernetesVersion: {version!r} is not a version like v1.35.0")
+        self.k8s_version = "v" + _semver(version.lstrip("v"), "kubernetesVersion")
+        style = spec.get("schedulerTaintMessage", "keyed")
+        if style not in ("keyed", "generic"):
+            raise ScenarioError("schedulerTaintMessage: must be 'keyed' or 'generic'")
+        self.taint_style = style
+
+    # ---------------------------------------------------------------- namespaces
+    def build_namespaces(self) -> list[dict]:
+        out = []
+        declared = _list(self.spec, "namespaces", "scenario")
+        entries: list[dict] = [{"name": n} for n in SYSTEM_NAMESPACES]
+        for i, ns in enumerate(declared):
+            ctx = f"namespaces[{i}]"
+            _check_keys(ns, {"name", "labels", "annotations", "count", "tenantLabel"}, ctx, ("name",))
+            _label(ns["name"], f"{ctx}.name")
+            expanded = [ns]
+            if "count" in ns:
+                n = _int(ns["count"], f"{ctx}.count", 1)
+                width = max(2, len(str(n)))
+                expanded = []
+                for k in range(1, n + 1):
+                    nname = _label(f"{ns['name']}-{k:0{width}d}", f"{ctx}.name")
+                    labels = dict(ns.get("labels") or {})
+                    if ns.get("tenantLabel"):
+                        labels[str(ns["tenantLabel"])] = nname
+                    expanded.append({"name": nname, "labels": labels, "annotations": ns.get("annotations")})
+            for e in expanded:
+                if e["name"] in SYSTEM_NAMESPACES:
+                    entries = [x for x in entries if x["name"] != e["name"]]
+                elif any(x["name"] == e["name"] for x in entries):
+                    raise ScenarioError(f"{ctx}: duplicate namespace {e['name']!r}")
+                entries.append(e)
+        for i, ns in enumerate(entries):
+            name = ns["name"]
+            labels = {
+                "kubernetes.io/metadata.name": name,
+                **{str(k): str(v) for k, v in (ns.get("labels") or {}).items()},
+            }
+            meta: dict[str, Any] = {
+                "name": name,
+                "uid": _uid(self.seed, "Namespace", "", name),
+                "creationTimestamp": _ts(-90 * 86400 + i * 60),
+                "labels": labels,
+            }
+            if ns.get("annotations"):
+                meta["annotations"] = {str(k): str(v) for k, v in ns["annotations"].items()}
+            obj = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": meta,
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
+            self.namespaces[name] = obj
+            out.append(obj)
+        return out
+
+    def _ns_list(self, pattern: Any, ctx: str) -> list[str]:
+        """A namespace name, or ``prefix-*`` for every declared namespace starting with ``prefix-``."""
+        if isinstance(pattern, str) and pattern.endswith("*"):
+            found = [n for n in self.namespaces if n.startswith(pattern[:-1])]
+            if not found:
+                raise ScenarioError(f"{ctx}: pattern {pattern!r} matches no declared namespace")
+            return found
+        return [self._ns(pattern, ctx)]
+
+    def _ns(self, name: Any, ctx: str) -> str:
+        if name not in self.namespaces:
+            raise ScenarioError(f"{ctx}: namespace {name!r} is not declared under namespaces")
+        return name
+
+    # ---------------------------------------------------------------- device classes
+    def build_device_classes(self) -> list[dict]:
+        out = []
+        for i, dc in enumerate(_list(self.spec, "deviceClasses", "scenario")):
+            ctx = f"deviceClasses[{i}]"
+            _check_keys(dc, {"name", "match", "selectors", "extendedResourceName", "config"}, ctx, ("name",))
+            name = _subdomain(dc["name"], f"{ctx}.name")
+            if name in self.classes:
+                raise ScenarioError(f"{ctx}: duplicate device class {name!r}")
+            match = dc.get("match") or {"driver": DRIVER}
+            selectors = [{"cel": {"expression": _match_to_cel(match, f"{ctx}.match", True)}}]
+            for j, expr in enumerate(_list(dc, "selectors", ctx)):
+                if not isinstance(expr, str):
+                    raise ScenarioError(f"{ctx}.selectors[{j}]: expected a CEL expression string")
+                selectors.append({"cel": {"expression": expr}})
+            spec: dict[str, Any] = {"selectors": selectors}
+            if dc.get("extendedResourceName"):
+                spec["extendedResourceName"] = str(dc["extendedResourceName"])
+            if dc.get("config"):
+                spec["config"] = copy.deepcopy(dc["config"])
+            self.classes[name] = {"match": match, "config": dc.get("config") or []}
+            out.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {
+                        "name": name,
+                        "uid": _uid(self.seed, "DeviceClass", "", name),
+                        "creationTimestamp": _ts(-60 * 86400 + i * 10),
+                        "generation": 1,
+                    },
+                    "spec": spec,
+                }
+            )
+        return out
+
+    # ---------------------------------------------------------------- nodes and slices
+    POOL_KEYS = {
+        "name",
+        "count",
+        "cpu",
+        "memory",
+        "pods",
+        "ephemeralStorage",
+        "instanceType",
+        "zones",
+        "gpu",
+        "mode",
+        "mig",
+        "timeSlicing",
+        "mps",
+        "dra",
+        "taints",
+        "labels",
+        "unhealthy",
+        "unhealthyNodes",
+        "unschedulable",
+        "gfdLabels",
+        "missingDevicePlugin",
+        "machine",
+    }
+
+    def build_nodes(self) -> None:
+        pools = _list(self.spec, "nodePools", "scenario")
+        zones_default = ["us-east-1a", "us-east-1b", "us-east-1c"]
+        for pi, pool in enumerate(pools):
+            ctx = f"nodePools[{pi}]"
+            _check_keys(pool, self.POOL_KEYS, ctx, ("name", "count"))
+            pname = _label(pool["name"], f"{ctx}.name")
+            if pname in self.pool_specs:
+                raise ScenarioError(f"{ctx}: duplicate pool {pname!r}")
+            count = _int(pool["count"], f"{ctx}.count")
+            mode = pool.get("mode", "whole" if pool.get("gpu") else "cpu")
+            if mode not in MODES:
+                raise ScenarioError(f"{ctx}.mode: {mode!r} is not one of {', '.join(MODES)}")
+            gpu = self._gpu_spec(pool, mode, ctx)
+            self.pool_specs[pname] = {**pool, "mode": mode, "_gpu": gpu}
+            self.pool_nodes[pname] = []
+            self.pool_cursor[pname] = 0
+            taints = []
+            for ti, t in enumerate(_list(pool, "taints", ctx)):
+                _check_keys(t, {"key", "value", "effect"}, f"{ctx}.taints[{ti}]", ("key", "effect"))
+                if t["effect"] not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                    raise ScenarioError(f"{ctx}.taints[{ti}].effect: {t['effect']!r} is not a taint effect")
+                taints.append({k: str(v) for k, v in t.items()})
+            unschedulable = bool(pool.get("unschedulable", False))
+            if unschedulable:
+                taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+            zones = pool.get("zones") or zones_default
+            width = max(3, len(str(count)))
+            unhealthy = _int(pool.get("unhealthy", 0), f"{ctx}.unhealthy")
+            unhealthy_nodes = _int(pool.get("unhealthyNodes", 1 if unhealthy else 0), f"{ctx}.unhealthyNodes")
+            missing = pool.get("missingDevicePlugin", False)
+            missing_nodes = (
+                count if missing is True else (0 if missing is False else _int(missing, f"{ctx}.missingDevicePlugin"))
+            )
+            if gpu and unhealthy > gpu["perNode"]:
+                raise ScenarioError(f"{ctx}.unhealthy: {unhealthy} exceeds gpu.perNode {gpu['perNode']}")
+            if unhealthy and mode in ("dra", "cpu"):
+                raise ScenarioError(f"{ctx}.unhealthy: only supported for device-plugin modes, not {mode!r}")
+            for i in range(count):
+                name = f"{pname}-{i:0{width}d}"
+                idx = len(self.nodes)
+                node = self._make_node(
+                    idx,
+                    name,
+                    pname,
+                    pool,
+                    mode,
+                    gpu,
+                    taints,
+                    unschedulable,
+                    zones[i % len(zones)],
+                    unhealthy if i < unhealthy_nodes else 0,
+                    i < missing_nodes,
+                )
+                self.nodes.append(node)
+                self.nodes_by_name[name] = node
+                self.pool_nodes[pname].append(node)
+
+    def _gpu_spec(self, pool: dict, mode: str, ctx: str) -> dict | None:
+        if mode == "cpu":
+            if pool.get("gpu"):
+                raise ScenarioError(f"{ctx}: mode cpu cannot have a gpu block")
+            return None
+        g = pool.get("gpu")
+        if not g:
+            raise ScenarioError(f"{ctx}: mode {mode!r} needs a gpu block")
+        gctx = f"{ctx}.gpu"
+        _check_keys(
+            g,
+            {
+                "model",
+                "productName",
+                "memoryMiB",
+                "perNode",
+                "family",
+                "architecture",
+                "computeMajor",
+                "computeMinor",
+                "driverVersion",
+                "cudaDriver",
+                "cudaRuntime",
+                "migCapable",
+                "smPerSlice",
+            },
+            gctx,
+            ("model", "perNode"),
+        )
+        model = str(g["model"])
+        base = dict(GPU_MODELS.get(model, {}))
+        for key in ("productName", "memoryMiB", "family", "computeMajor", "computeMinor", "migCapable", "smPerSlice"):
+            if key in g:
+                base[key] = g[key]
+        if "architecture" in g:
+            base["family"] = g["architecture"]
+        for key in ("memoryMiB", "family", "computeMajor", "computeMinor"):
+            if key not in base:
+                raise ScenarioError(f"{gctx}: unknown model {model!r} needs {key}")
+        base.setdefault("productName", model.replace("-", " "))
+        base.setdefault("migCapable", False)
+        base.setdefault("smPerSlice", 14)
+        base["model"] = model
+        base["perNode"] = _int(g["perNode"], f"{gctx}.perNode", 1)
+        if base["perNode"] > len(PCI_BUSES):
+            raise ScenarioError(f"{gctx}.perNode: at most {len(PCI_BUSES)} GPUs per node")
+        base["driverVersion"] = str(g.get("driverVersion", "550.54.15"))
+        dv = _version_parts(base["driverVersion"], 3, f"{gctx}.driverVersion")
+        base["driverParts"] = dv
+        base["cudaDriver"] = str(g.get("cudaDriver", "12.4"))
+        base["cudaRuntime"] = str(g.get("cudaRuntime", base["cudaDriver"]))
+        _version_parts(base["cudaDriver"], 2, f"{gctx}.cudaDriver")
+        _version_parts(base["cudaRuntime"], 2, f"{gctx}.cudaRuntime")
+        if mode == "mig":
+            mig = pool.get("mig") or {}
+            _check_keys(mig, {"config", "layout"}, f"{ctx}.mig")
+            layout = mig.get("layout")
+            if layout is None:
+                cfg = mig.get("config", "all-1g.10gb")
+                if cfg not in MIG_CONFIGS:
+                    raise ScenarioError(f"{ctx}.mig.config: unknown config {cfg!r}; give mig.layout explicitly")
+                layout = MIG_CONFIGS[cfg]
+            base["migConfig"] = str(mig.get("config", "custom"))
+            base["migLayout"] = self._mig_layout(layout, f"{ctx}.mig.layout", base)
+        if mode in ("mig",) and not base["migCapable"]:
+            raise ScenarioError(f"{ctx}: model {model} is not MIG capable")
+        if mode in ("time-slicing", "mps"):
+            key = "timeSlicing" if mode == "time-slicing" else "mps"
+            sharing = pool.get(key) or {}
+            _check_keys(sharing, {"replicas", "renameByDefault"}, f"{ctx}.{key}")
+            base["replicas"] = _int(sharing.get("replicas", 4), f"{ctx}.{key}.replicas", 2)
+            base["renameByDefault"] = bool(sharing.get("renameByDefault", False))
+        if mode == "dra":
+            dra = pool.get("dra") or {}
+            _check_keys(dra, {"slicesPerNode", "migPartitions"}, f"{ctx}.dra")
+            base["slicesPerNode"] = _int(dra.get("slicesPerNode", 1), f"{ctx}.dra.slicesPerNode", 1)
+            parts = dra.get("migPartitions")
+            if parts and not base["migCapable"]:
+                raise ScenarioError(f"{ctx}.dra.migPartitions: model {model} is not MIG capable")
+            base["draMig"] = (
+                self._mig_layout(parts, f"{ctx}.dra.migPartitions", base, allow_overlap=True) if parts else None
+            )
+        return base
+
+    @staticmethod
+    def _mig_layout(layout: Any, ctx: str, gpu: dict, allow_overlap: bool = False) -> dict[str, int]:
+        if not isinstance(layout, dict) or not layout:
+            raise ScenarioError(f"{ctx}: expected a mapping like {{'1g.10gb': 7}}")
+        slices = mem = 0
+        for profile, n in layout.items():
+            m = PROFILE_RE.match(str(profile))
+            if not m or int(m.group(1)) not in MIG_GEOMETRY:
+                raise ScenarioError(f"{ctx}: {profile!r} is not a MIG profile like 1g.10gb")
+            n = _int(n, f"{ctx}.{profile}", 1)
+            g = int(m.group(1))
+            if n > len(MIG_GEOMETRY[g][1]):
+                raise ScenarioError(f"{ctx}.{profile}: at most {len(MIG_GEOMETRY[g][1])} instances fit on one GPU")
+            slices += g * n
+            mem += MIG_GEOMETRY[g][0] * n
+        if not allow_overlap and (slices > 7 or mem > 8):
+            raise ScenarioError(f"{ctx}: layout needs {slices}/7 compute slices and {mem}/8 memory slices per GPU")
+        return {str(k): int(v) for k, v in layout.items()}
+
+    def _make_node(
+        self,
+        idx: int,
+        name: str,
+        pname: str,
+        pool: dict,
+        mode: str,
+        gpu: dict | None,
+        taints: list[dict],
+        unschedulable: bool,
+        zone: str,
+        unhealthy: int,
+        missing: bool,
+    ) -> NodeState:
+        ctx = f"nodePools[{pname}]"
+        cpu = int(parse_quantity(pool.get("cpu", 32), f"{ctx}.cpu") * 1000)
+        memory = int(parse_quantity(pool.get("memory", "128Gi"), f"{ctx}.memory"))
+        max_pods = _int(pool.get("pods", 110), f"{ctx}.pods", 1)
+        eph = int(parse_quantity(pool.get("ephemeralStorage", "500Gi"), f"{ctx}.ephemeralStorage"))
+        instance = str(pool.get("instanceType", "m6i.8xlarge" if not gpu else "p4d.24xlarge"))
+        labels = {
+            "beta.kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": instance,
+            "topology.kubernetes.io/region": zone[:-1] if zone[-1:].isalpha() else zone,
+            "topology.kubernetes.io/zone": zone,
+            POOL_LABEL: pname,
+        }
+        ext_cap: dict[str, int] = {}
+        ext_alloc: dict[str, int] = {}
+        if gpu:
+            labels.update(self._gpu_labels(gpu, mode, pool, instance))
+            n = gpu["perNode"]
+            healthy = n - unhealthy
+            if mode == "whole":
+                ext_cap["nvidia.com/gpu"], ext_alloc["nvidia.com/gpu"] = n, healthy
+            elif mode == "mig":
+                for profile, per in gpu["migLayout"].items():
+                    ext_cap[f"nvidia.com/mig-{profile}"] = per * n
+                    ext_alloc[f"nvidia.com/mig-{profile}"] = per * healthy
+            elif mode in ("time-slicing", "mps"):
+                rname = "nvidia.com/gpu.shared" if gpu["renameByDefault"] else "nvidia.com/gpu"
+                ext_cap[rname], ext_alloc[rname] = n * gpu["replicas"], healthy * gpu["replicas"]
+            if missing:
+                ext_cap, ext_alloc = {}, {}
+        labels.update({str(k): str(v) for k, v in (pool.get("labels") or {}).items()})
+        mem_alloc = memory - memory // 100 - 100 * 2**20
+        cpu_alloc = cpu - (100 if cpu <= 4000 else 500)
+        alloc = {"cpu": cpu_alloc, "memory": mem_alloc, "pods": max_pods, **ext_alloc}
+        node = NodeState(
+            index=idx,
+            name=name,
+            pool=pname,
+            uid=_uid(self.seed, "Node", "", name),
+            labels=labels,
+            taints=taints,
+            unschedulable=unschedulable,
+            alloc=alloc,
+            ip=f"172.16.{idx // 250}.{idx % 250 + 4}",
+            pod_cidr=f"10.{64 + idx // 256}.{idx % 256}.0/24",
+        )
+        boot = _ts(-30 * 86400 + idx)
+        heartbeat = _ts(-20)
+        conditions = [
+            {
+                "type": t,
+                "status": "False",
+                "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": boot,
+                "reason": r,
+                "message": msg,
+            }
+            for t, r, msg in (
+                ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            )
+        ]
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "True",
+                "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": _ts(-30 * 86400 + idx + 45),
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+            }
+        )
+        capacity = {
+            "cpu": _fmt_cpu(cpu),
+            "ephemeral-storage": f"{eph // 1024}Ki",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "memory": f"{memory // 1024}Ki",
+            "pods": str(max_pods),
+            **{k: str(v) for k, v in ext_cap.items()},
+        }
+        allocatable = {
+            "cpu": _fmt_cpu(cpu_alloc),
+            "ephemeral-storage": str(eph * 9 // 10),
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "memory": f"{mem_alloc // 1024}Ki",
+            "pods": str(max_pods),
+            **{k: str(v) for k, v in ext_alloc.items()},
+        }
+        machine_id = _digest(self.seed, "machine", name).hex()[:32]
+        spec: dict[str, Any] = {
+            "podCIDR": node.pod_cidr,
+            "podCIDRs": [node.pod_cidr],
+            "providerID": f"kubesim:///{zone}/{name}",
+        }
+        if taints:
+            spec["taints"] = [dict(t) for t in taints]
+        if unschedulable:
+            spec["unschedulable"] = True
+        annotations = {
+            "node.alpha.kubernetes.io/ttl": "0",
+            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        }
+        if gpu and unhealthy:
+            annotations["kubesim.io/unhealthy-gpus"] = ",".join(
+                f"gpu-{i}" for i in range(gpu["perNode"] - unhealthy, gpu["perNode"])
+            )
+        self.node_objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": node.uid,
+                    "creationTimestamp": boot,
+                    "labels": labels,
+                    "annotations": annotations,
+                },
+                "spec": spec,
+                "status": {
+                    "capacity": capacity,
+                    "allocatable": allocatable,
+                    "conditions": conditions,
+                    "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": name}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                    "nodeInfo": {
+                        "machineID": machine_id,
+                        "systemUUID": str(uuid.UUID(machine_id)).upper(),
+                        "bootID": _uid(self.seed, "boot", "", name),
+                        "kernelVersion": "6.8.0-1024-nvidia",
+                        "osImage": "Ubuntu 24.04.2 LTS",
+                        "containerRuntimeVersion": "containerd://2.1.4",
+                        "kubeletVersion": self.k8s_version,
+                        "kubeProxyVersion": "",
+                        "operatingSystem": "linux",
+                        "architecture": "amd64",
+                    },
+                },
+            }
+        )
+        if gpu and mode == "dra":
+            self._publish_slices(node, gpu, zone)
+        return node
+
+    def _gpu_labels(self, gpu: dict, mode: str, pool: dict, instance: str) -> dict[str, str]:
+        shared = mode in ("time-slicing", "mps")
+        labels = {"nvidia.com/gpu.present": "true"}
+        if mode == "dra":
+            labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
+        if not pool.get("gfdLabels", True):
+            return labels
+        d = gpu["driverParts"]
+        rt = _version_parts(gpu["cudaRuntime"], 2, "cudaRuntime")
+        cd = _version_parts(gpu["cudaDriver"], 2, "cudaDriver")
+        product = gpu["model"] + ("-SHARED" if shared and not gpu["renameByDefault"] else "")
+        labels.update(
+            {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpu["perNode"]),
+                "nvidia.com/gpu.memory": str(gpu["memoryMiB"]),
+                "nvidia.com/gpu.family": str(gpu["family"]),
+                "nvidia.com/gpu.machine": str(pool.get("machine", instance)),
+                "nvidia.com/gpu.compute.major": str(gpu["computeMajor"]),
+                "nvidia.com/gpu.compute.minor": str(gpu["computeMinor"]),
+                "nvidia.com/gpu.replicas": str(gpu.get("replicas", 1) if shared else 1),
+                "nvidia.com/gpu.mode": "compute",
+                "nvidia.com/cuda.driver-version.major": str(d[0]),
+                "nvidia.com/cuda.driver-version.minor": str(d[1]),
+                "nvidia.com/cuda.driver-version.revision": str(d[2]),
+                "nvidia.com/cuda.driver-version.full": gpu["driverVersion"],
+                "nvidia.com/cuda.runtime-version.major": str(rt[0]),
+                "nvidia.com/cuda.runtime-version.minor": str(rt[1]),
+                "nvidia.com/cuda.runtime-version.full": f"{rt[0]}.{rt[1]}",
+                "nvidia.com/cuda.driver.major": str(cd[0]),
+                "nvidia.com/cuda.driver.minor": str(cd[1]),
+                "nvidia.com/gfd.timestamp": str(int((EPOCH - timedelta(days=30)).timestamp())),
+                "nvidia.com/gpu.sharing-strategy": mode if shared else "none",
+                "nvidia.com/mig.capable": "true" if gpu["migCapable"] else "false",
+                "nvidia.com/mps.capable": "true" if mode == "mps" else "false",
+            }
+        )
+        if mode == "mig":
+            labels["nvidia.com/mig.strategy"] = "mixed"
+            labels["nvidia.com/mig.config"] = gpu["migConfig"]
+            labels["nvidia.com/mig.config.state"] = "success"
+            for profile, per in gpu["migLayout"].items():
+                g = int(profile[0])
+                mem_gb = int(PROFILE_RE.match(profile).group(2))
+                base = f"nvidia.com/mig-{profile}"
+                labels.update(
+                    {
+                        f"{base}.count": str(per * gpu["perNode"]),
+                        f"{base}.memory": str(mem_gb * 1024 - 256),
+                        f"{base}.multiprocessors": str(g * gpu["smPerSlice"]),
+                        f"{base}.slices.gi": str(g),
+                        f"{base}.slices.ci": str(g),
+                        f"{base}.engines.copy": str(g),
+                        f"{base}.engines.decoder": str(g if g < 7 else 5),
+                        f"{base}.engines.encoder": "0",
+                        f"{base}.engines.jpeg": "1" if g >= 7 else "0",
+                        f"{base}.engines.ofa": "1" if g >= 7 else "0",
+                    }
+                )
+        return labels
+
+    def _publish_slices(self, node: NodeState, gpu: dict, zone: str) -> None:
+        self.has_dra = True
+        n = gpu["perNode"]
+        cc = f"{gpu['computeMajor']}.{gpu['computeMinor']}.0"
+        drv = _semver(gpu["driverVersion"], "driverVersion")
+        cuda = _semver(gpu["cudaDriver"], "cudaDriver")
+        mig = gpu.get("draMig")
+        total_sm = 7 * gpu["smPerSlice"]
+        devices: list[dict] = []
+        counter_sets: list[dict] = []
+        for i in range(n):
+            gpu_uuid = "GPU-" + _uid(self.seed, "gpu", node.name, str(i))
+            bus = f"0000:{PCI_BUSES[i]}:00.0"
+            root = f"pci0000:{int(PCI_BUSES[i], 16) - 3:02x}"
+            common = {
+                "productName": {"string": gpu["productName"]},
+                "brand": {"string": "Nvidia"},
+                "architecture": {"string": str(gpu["family"]).replace("-", " ").title()},
+                "cudaComputeCapability": {"version": cc},
+                "driverVersion": {"version": drv},
+                "cudaDriverVersion": {"version": cuda},
+                "resource.kubernetes.io/pciBusID": {"string": bus},
+                "resource.kubernetes.io/pcieRoot": {"string": root},
+            }
+            flat_common = {
+                "productName": gpu["productName"],
+                "brand": "Nvidia",
+                "architecture": common["architecture"]["string"],
+            }
+            attrs = {
+                "type": {"string": "gpu"},
+                "uuid": {"string": gpu_uuid},
+                "index": {"int": i},
+                "minor": {"int": i},
+                **{k: dict(v) for k, v in common.items()},
+            }
+            full = {
+                "name": f"gpu-{i}",
+                "attributes": attrs,
+                "capacity": {"memory": {"value": _fmt_bytes(gpu["memoryMiB"] * 2**20)}},
+            }
+            consumes: dict[str, dict[str, int]] = {}
+            if mig:
+                cs = f"gpu-{i}-counter-set"
+                counters = {"multiprocessors": total_sm, **{f"memorySlice{k}": 1 for k in range(8)}}
+                node.counters[cs] = dict(counters)
+                counter_sets.append({"name": cs, "counters": {k: {"value": str(v)} for k, v in counters.items()}})
+                consumes = {cs: dict(counters)}
+                full["consumesCounters"] = [
+                    {"counterSet": cs, "counters": {k: {"value": str(v)} for k, v in counters.items()}}
+                ]
+            devices.append(full)
+            node.devices.append(
+                Device(
+                    f"gpu-{i}",
+                    node.name,
+                    DRIVER,
+                    {"type": "gpu", "uuid": gpu_uuid, "index": i, **flat_common},
+                    consumes,
+                )
+            )
+            if mig:
+                for profile, count in mig.items():
+                    g = int(profile[0])
+                    mem_slices, placements = MIG_GEOMETRY[g]
+                    mem_gb = int(PROFILE_RE.match(profile).group(2))
+                    for start in placements[:count]:
+                        dname = f"gpu-{i}-mig-{profile.replace('.', '')}-{MIG_PROFILE_IDS[g]}-{start}"
+                        mig_uuid = "MIG-" + _uid(self.seed, "mig", node.name, dname)
+                        used = {
+                            "multiprocessors": g * gpu["smPerSlice"],
+                            **{f"memorySlice{k}": 1 for k in range(start, start + mem_slices)},
+                        }
+                        devices.append(
+                            {
+                                "name": dname,
+                                "attributes": {
+                                    "type": {"string": "mig"},
+                                    "uuid": {"string": mig_uuid},
+                                    "parentUUID": {"string": gpu_uuid},
+                                    "parentIndex": {"int": i},
+                                    "profile": {"string": profile},
+                                    **{k: dict(v) for k, v in common.items()},
+                                },
+                                "capacity": {
+                                    "memory": {"value": f"{mem_gb * 1024 - 256}Mi"},
+                                    "multiprocessors": {"value": str(g * gpu["smPerSlice"])},
+                                    "copyEngines": {"value": str(g)},
+                                    "decoders": {"value": str(g if g < 7 else 5)},
+                                    "encoders": {"value": "0"},
+                                    "jpegEngines": {"value": "1" if g >= 7 else "0"},
+                                    "ofaEngines": {"value": "1" if g >= 7 else "0"},
+                                },
+                                "consumesCounters": [
+                                    {
+                                        "counterSet": f"gpu-{i}-counter-set",
+                                        "counters": {k: {"value": str(v)} for k, v in used.items()},
+                                    }
+                                ],
+                            }
+                        )
+                        node.devices.append(
+                            Device(
+                                dname,
+                                node.name,
+                                DRIVER,
+                                {
+                                    "type": "mig",
+                                    "uuid": mig_uuid,
+                                    "profile": profile,
+                                    "parentUUID": gpu_uuid,
+                                    **flat_common,
+                                },
+                                {f"gpu-{i}-counter-set": used},
+                            )
+                        )
+        limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if mig else MAX_DEVICES_PER_SLICE
+        per_slice = max(-(-len(devices) // gpu["slicesPerNode"]), 1)
+        if per_slice > limit:
+            raise ScenarioError(
+                f"nodePools[{node.pool}]: {len(devices)} devices per node need "
+                f"dra.slicesPerNode >= {-(-len(devices) // limit)} (max {limit} devices per slice)"
+            )
+        chunks = [devices[k : k + per_slice] for k in range(0, len(devices), per_slice)]
+        bodies: list[dict] = ([{"sharedCounters": counter_sets}] if mig else []) + [{"devices": c} for c in chunks]
+        for k, body in enumerate(bodies):
+            sname = f"{node.name}-{DRIVER}-{_suffix(5, self.seed, 'slice', node.name, k)}"
+            self.slices.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {
+                        "name": sname,
+                        "generateName": f"{node.name}-{DRIVER}-",
+                        "uid": _uid(self.seed, "ResourceSlice", "", sname),
+                        "creationTimestamp": _ts(-30 * 86400 + node.index + 120),
+                        "generation": 1,
+                        "ownerReferences": [
+                            {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid, "controller": True}
+                        ],
+                    },
+                    "spec": {
+                        "driver": DRIVER,
+                        "nodeName": node.name,
+                        "pool": {"name": node.name, "generation": 1, "resourceSliceCount": len(bodies)},
+                        **body,
+                    },
+                }
+            )
+
+    # ---------------------------------------------------------------- claims
+    def _norm_requests(self, reqs: Any, ctx: str) -> list[dict]:
+        if not isinstance(reqs, list) or not reqs:
+            raise ScenarioError(f"{ctx}.requests: expected a non-empty list")
+        out = []
+        for i, r in enumerate(reqs):
+            rctx = f"{ctx}.requests[{i}]"
+            _check_keys(
+                r,
+                {"name", "deviceClassName", "count", "allocationMode", "adminAccess", "match", "selectors"},
+                rctx,
+                ("deviceClassName",),
+            )
+            cls = r["deviceClassName"]
+            if cls not in self.classes:
+                raise ScenarioError(f"{rctx}.deviceClassName: device class {cls!r} is not declared")
+            mode = r.get("allocationMode", "ExactCount")
+            if mode not in ("ExactCount", "All"):
+                raise ScenarioError(f"{rctx}.allocationMode: must be ExactCount or All")
+            match = r.get("match") or {}
+            _check_keys(match, {"attributes"}, f"{rctx}.match")
+            out.append(
+                {
+                    "name": _label(r.get("name", "gpu" if i == 0 else f"gpu{i}"), f"{rctx}.name"),
+                    "deviceClassName": cls,
+                    "count": _int(r.get("count", 1), f"{rctx}.count", 1),
+                    "mode": mode,
+                    "admin": bool(r.get("adminAccess", False)),
+                    "match": match.get("attributes") or {},
+                    "selectors": [str(s) for s in _list(r, "selectors", rctx)],
+                }
+            )
+        return out
+
+    def _request_spec(self, requests: list[dict], config: list) -> dict:
+        reqs = []
+        for r in requests:
+            exactly: dict[str, Any] = {"deviceClassName": r["deviceClassName"], "allocationMode": r["mode"]}
+            if r["mode"] == "ExactCount":
+                exactly["count"] = r["count"]
+            sels = []
+            if r["match"]:
+                driver = self.classes[r["deviceClassName"]]["match"].get("driver", DRIVER)
+                sels.append(
+                    {"cel": {"expression": _match_to_cel({"driver": driver, "attributes": r["match"]}, "match", False)}}
+                )
+            sels += [{"cel": {"expression": s}} for s in r["selectors"]]
+            if sels:
+                exactly["selectors"] = sels
+            if r["admin"]:
+                exactly["adminAccess"] = True
+            reqs.append({"name": r["name"], "exactly": exactly})
+        devices: dict[str, Any] = {"requests": reqs}
+        if config:
+            devices["config"] = copy.deepcopy(config)
+        return {"devices": devices}
+
+    def _check_admin(self, namespace: str, requests: list[dict], ctx: str) -> None:
+        if any(r["admin"] for r in requests):
+            labels = self.namespaces[namespace]["metadata"]["labels"]
+            if labels.get("resource.kubernetes.io/admin-access") != "true":
+                raise ScenarioError(
+                    f"{ctx}: admin access to devices requires the `resource.kubernetes.io/admin-access:"
+                    f" true` label on the containing namespace {namespace!r}"
+                )
+
+    def build_templates(self) -> list[dict]:
+        out = []
+        for i, t in enumerate(_list(self.spec, "claimTemplates", "scenario")):
+            ctx = f"claimTemplates[{i}]"
+            _check_keys(t, {"name", "namespace", "requests", "config"}, ctx, ("name", "namespace", "requests"))
+            name = _subdomain(t["name"], f"{ctx}.name")
+            requests = self._norm_requests(t["requests"], ctx)
+            config = _list(t, "config", ctx)
+            for ns in self._ns_list(t["namespace"], f"{ctx}.namespace"):
+                if (ns, name) in self.templates:
+                    raise ScenarioError(f"{ctx}: duplicate template {ns}/{name}")
+                self._check_admin(ns, requests, ctx)
+                self.templates[(ns, name)] = {"requests": requests, "config": config}
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaimTemplate",
+                        "metadata": {
+                            "name": name,
+                            "namespace": ns,
+                            "uid": _uid(self.seed, "ResourceClaimTemplate", ns, name),
+                            "creationTimestamp": _ts(-7 * 86400 + i * 60),
+                        },
+                        "spec": {"spec": self._request_spec(requests, config)},
+                    }
+                )
+        return out
+
+    def declare_claims(self) -> None:
+        for i, c in enumerate(_list(self.spec, "claims", "scenario")):
+            ctx = f"claims[{i}]"
+            _check_keys(
+                c,
+                {"name", "namespace", "requests", "config", "allocated", "pool"},
+                ctx,
+                ("name", "namespace", "requests"),
+            )
+            name, ns = _subdomain(c["name"], f"{ctx}.name"), self._ns(c["namespace"], f"{ctx}.namespace")
+            if (ns, name) in self.claims:
+                raise ScenarioError(f"{ctx}: duplicate claim {ns}/{name}")
+            requests = self._norm_requests(c["requests"], ctx)
+            self._check_admin(ns, requests, ctx)
+            pool = c.get("pool")
+            if pool is not None and pool not in self.pool_nodes:
+                raise ScenarioError(f"{ctx}.pool: unknown node pool {pool!r}")
+            claim = ClaimState(
+                name,
+                ns,
+                _uid(self.seed, "ResourceClaim", ns, name),
+                requests,
+                _list(c, "config", ctx),
+                -3 * 86400 + i * 60,
+                want_allocated=bool(c.get("allocated", False)),
+                pool=pool,
+            )
+            self.claims[(ns, name)] = claim
+            self.claim_order.append(claim)
+
+    def _device_matches(self, dev: Device, req: dict) -> bool:
+        cm = self.classes[req["deviceClassName"]]["match"]
+        if dev.driver != cm.get("driver", DRIVER):
+            return False
+        for attrs in (cm.get("attributes") or {}, req["match"]):
+            for k, v in attrs.items():
+                if dev.attrs.get(k.rpartition("/")[2]) != v:
+                    return False
+        return True
+
+    def _try_allocate(self, node: NodeState, claims: list[ClaimState]) -> list[tuple[ClaimState, list]] | None:
+        """Pick devices on ``node`` for every unallocated claim; returns picks without committing, or None."""
+        taken: set[str] = set()
+        counters = {cs: dict(c) for cs, c in node.counters.items()}
+        picks = []
+        for claim in claims:
+            if claim.results is not None:
+                if claim.node != node.name:
+                    return None
+                continue
+            results = []
+            for req in claim.requests:
+                cands = [d for d in node.devices if self._device_matches(d, req)]
+                if req["admin"]:
+                    chosen = cands if req["mode"] == "All" else cands[: req["count"]]
+                    if not chosen or (req["mode"] == "ExactCount" and len(chosen) < req["count"]):
+                        return None
+                    results += [(req, d) for d in chosen]
+                    continue
+                free = []
+                for d in cands:
+                    if d.allocated or d.name in taken:
+                        if req["mode"] == "All":
+                            return None
+                        continue
+                    if all(counters[cs][k] >= v for cs, cc in d.consumes.items() for k, v in cc.items()):
+                        for cs, cc in d.consumes.items():
+                            for k, v in cc.items():
+                                counters[cs][k] -= v
+                        free.append(d)
+                        taken.add(d.name)
+                        if req["mode"] == "ExactCount" and len(free) == req["count"]:
+                            break
+                    elif req["mode"] == "All":
+                        return None
+                if not free or (req["mode"] == "ExactCount" and len(free) < req["count"]):
+                    return None
+                results += [(req, d) for d in free]
+            picks.append((claim, results))
+        return picks
+
+    def _commit(self, node: NodeState, picks: list[tuple[ClaimState, list]]) -> None:
+        for claim, results in picks:
+            claim.node = node.name
+            claim.results = []
+            for req, dev in results:
+                res = {"request": req["name"], "driver": dev.driver, "pool": node.name, "device": dev.name}
+                if req["admin"]:
+                    res["adminAccess"] = True
+                else:
+                    dev.allocated = True
+                    for cs, cc in dev.consumes.items():
+                        for k, v in cc.items():
+                            node.counters[cs][k] -= v
+                claim.results.append(res)
+
+    def _claim_object(self, c: ClaimState) -> dict:
+        meta: dict[str, Any] = {
+            "name": c.name,
+            "namespace": c.namespace,
+            "uid": c.uid,
+            "creationTimestamp": _ts(c.created),
+        }
+        if c.owner_pod:
+            meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": c.pod_claim_name}
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": c.owner_pod[0],
+                    "uid": c.owner_pod[1],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        obj: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": meta,
+            "spec": self._request_spec(c.requests, c.config),
+            "status": {},
+        }
+        if c.results is not None:
+            meta["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+            alloc: dict[str, Any] = {"devices": {"results": c.results}}
+            cfg = []
+            seen = set()
+            for req in c.requests:
+                cls = req["deviceClassName"]
+                if cls in seen:
+                    continue
+                seen.add(cls)
+                names = [r["name"] for r in c.requests if r["deviceClassName"] == cls]
+                cfg += [
+                    {"source": "FromClass", "requests": names, "opaque": copy.deepcopy(e["opaque"])}
+                    for e in self.classes[cls]["config"]
+                    if isinstance(e, dict) and "opaque" in e
+                ]
+            cfg += [
+                {"source": "FromClaim", "requests": list(e.get("requests", [])), "opaque": copy.deepcopy(e["opaque"])}
+                for e in c.config
+                if isinstance(e, dict) and "opaque" in e
+            ]
+            if cfg:
+                alloc["devices"]["config"] = cfg
+            alloc["nodeSelector"] = {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [c.node]}]}]
+            }
+            obj["status"]["allocation"] = alloc
+            if c.reserved:
+                obj["status"]["reservedFor"] = c.reserved
+        return obj
+
+    # ---------------------------------------------------------------- workloads
+    WORKLOAD_KEYS = {
+        "name",
+        "namespace",
+        "count",
+        "pool",
+        "state",
+        "image",
+        "cpu",
+        "memory",
+        "resources",
+        "claimTemplate",
+        "claim",
+        "resourceClaims",
+        "controller",
+        "restartPolicy",
+        "exitReason",
+        "nodeSelector",
+        "tolerations",
+        "labels",
+        "serviceAccountName",
+        "priorityClassName",
+        "command",
+    }
+
+    def build_workloads(self) -> None:
+        for wi, w in enumerate(_list(self.spec, "workloads", "scenario")):
+            ctx = f"workloads[{wi}]"
+            _check_keys(w, self.WORKLOAD_KEYS, ctx, ("name", "namespace"))
+            self._expand_workload(wi, w, ctx)
+        # claims that should be allocated but no running pod placed them
+        for claim in self.claim_order:
+            if claim.want_allocated and claim.results is None and claim.template is None:
+                nodes = self.pool_nodes[claim.pool] if claim.pool else self.nodes
+                for node in nodes:
+                    picks = self._try_allocate(node, [claim])
+                    if picks:
+                        self._commit(node, picks)
+                        break
+                else:
+                    raise ScenarioError(
+                        f"claim {claim.namespace}/{claim.name}: allocated: true but no node has free matching devices"
+                    )
+
+    def _expand_workload(self, wi: int, w: dict, ctx: str) -> None:
+        name = _label(w["name"], f"{ctx}.name")
+        nss = self._ns_list(w["namespace"], f"{ctx}.namespace")
+        count = _int(w.get("count", 1), f"{ctx}.count")
+        state = w.get("state", "running")
+        if state not in STATES:
+            raise ScenarioError(f"{ctx}.state: {state!r} is not one of {', '.join(STATES)}")
+        pool = w.get("pool")
+        if pool is not None and pool not in self.pool_nodes:
+            raise ScenarioError(f"{ctx}.pool: unknown node pool {pool!r}")
+        controller = w.get("controller", "Job" if state in ("failed", "succeeded") else "Deployment")
+        if controller not in ("Job", "Deployment", "StatefulSet", "None"):
+            raise ScenarioError(f"{ctx}.controller: must be Job, Deployment, StatefulSet or None")
+        restart = w.get("restartPolicy", "Never" if controller == "Job" else "Always")
+        if state in ("failed", "succeeded") and restart == "Always":
+            raise ScenarioError(f"{ctx}: a {state} pod needs restartPolicy Never or OnFailure")
+        cpu = int(parse_quantity(w.get("cpu", "1"), f"{ctx}.cpu") * 1000)
+        mem = int(parse_quantity(w.get("memory", "2Gi"), f"{ctx}.memory"))
+        ext: dict[str, int] = {}
+        for rname, qty in (w.get("resources") or {}).items():
+            q = parse_quantity(qty, f"{ctx}.resources.{rname}")
+            if q.denominator != 1 or q < 1:
+                raise ScenarioError(
+                    f"{ctx}.resources.{rname}: extended resources must be positive integers, got {qty!r}"
+                )
+            ext[str(rname)] = int(q)
+        # resource claims
+        refs = list(_list(w, "resourceClaims", ctx))
+        if w.get("claimTemplate"):
+            refs.append({"name": "gpu", "template": w["claimTemplate"]})
+        if w.get("claim"):
+            refs.append({"name": "gpu" if not refs else "shared", "claim": w["claim"]})
+        norm_refs = []
+        for ri, r in enumerate(refs):
+            rctx = f"{ctx}.resourceClaims[{ri}]"
+            _check_keys(r, {"name", "template", "claim"}, rctx, ("name",))
+            if ("template" in r) == ("claim" in r):
+                raise ScenarioError(f"{rctx}: give exactly one of template or claim")
+            for ns in nss:
+                if "template" in r and (ns, r["template"]) not in self.templates:
+                    raise ScenarioError(f"{rctx}: ResourceClaimTemplate {ns}/{r['template']} is not declared")
+                if "claim" in r and (ns, r["claim"]) not in self.claims:
+                    raise ScenarioError(f"{rctx}: ResourceClaim {ns}/{r['claim']} is not declared")
+            norm_refs.append({"name": _label(r["name"], f"{rctx}.name"), **r})
+        pool_spec = self.pool_specs.get(pool) if pool else None
+        node_selector = {POOL_LABEL: pool} if pool else {}
+        node_selector.update({str(k): str(v) for k, v in (w.get("nodeSelector") or {}).items()})
+        tolerations = []
+        if pool_spec:
+            tolerations += (
+                [
+                    {"key": t["key"], "operator": "Equal", "value": t.get("value", ""), "effect": t["effect"]}
+                    if t.get("value")
+                    else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
+                    for t in self.pool_nodes[pool][0].taints
+                    if t["key"] != "node.kubernetes.io/unschedulable"
+                ]
+                if self.pool_nodes[pool]
+                else []
+            )
+        tolerations += list(_list(w, "tolerations", ctx))
+        req = {"cpu": cpu, "memory": mem, **ext}
+        labels = {"app.kubernetes.io/name": name, **{str(k): str(v) for k, v in (w.get("labels") or {}).items()}}
+        image = str(w.get("image", "nvcr.io/nvidia/pytorch:25.01-py3" if ext or norm_refs else "python:3.12-slim"))
+        per_ns = -(-count // len(nss))
+        for i in range(count):
+            ns = nss[i % len(nss)]
+            tmpl_hash = _suffix(10, self.seed, "rs", ns, name)
+            pod_name = self._pod_name(ns, name, controller, i // len(nss), per_ns, tmpl_hash)
+            pod_uid = _uid(self.seed, "Pod", ns, pod_name)
+            created = -2 * 86400 + (wi * 997 + i * 13) % 86400
+            # claims for this pod
+            pod_claims: list[tuple[dict, ClaimState]] = []
+            for r in norm_refs:
+                if "claim" in r:
+                    pod_claims.append((r, self.claims[(ns, r["claim"])]))
+                elif state not in ("failed", "succeeded"):
+                    tpl = self.templates[(ns, r["template"])]
+                    cname = f"{pod_name}-{r['name']}-{_suffix(5, self.seed, 'claim', ns, pod_name, r['name'])}"[:253]
+                    claim = ClaimState(
+                        cname,
+                        ns,
+                        _uid(self.seed, "ResourceClaim", ns, cname),
+                        tpl["requests"],
+                        tpl["config"],
+                        created,
+                        template=r["template"],
+                        owner_pod=(pod_name, pod_uid),
+                        pod_claim_name=r["name"],
+                    )
+                    if (ns, cname) in self.claims:
+                        raise ScenarioError(f"{ctx}: generated claim name collision {ns}/{cname}")
+                    self.claims[(ns, cname)] = claim
+                    self.claim_order.append(claim)
+                    pod_claims.append((r, claim))
+            node = None
+            message = None
+            if state in ("running", "creating", "crashloop", "failed", "succeeded"):
+                node = self._place(
+                    pool,
+                    node_selector,
+                    tolerations,
+                    req,
+                    [c for _, c in pod_claims],
+                    consume=state not in ("failed", "succeeded"),
+                )
+                if node is None:
+                    raise ScenarioError(
+                        f"{ctx}: no node {'in pool ' + repr(pool) if pool else ''} has room for pod "
+                        f"{ns}/{pod_name} ({state}); add nodes or lower the request"
+                    )
+                for _, claim in pod_claims:
+                    if state not in ("failed", "succeeded") and len(claim.reserved) < 256:
+                        claim.reserved.append({"resource": "pods", "name": pod_name, "uid": pod_uid})
+            else:
+                key = wi
+                if key not in self.pending_cache:
+                    self.pending_cache[key] = self._unschedulable_message(
+                        node_selector, tolerations, req, [c for _, c in pod_claims], f"{ctx} ({ns}/{pod_name})"
+                    )
+                message = self.pending_cache[key]
+            pod = self._pod_object(
+                w,
+                ns,
+                name,
+                pod_name,
+                pod_uid,
+                i // len(nss),
+                created,
+                state,
+                controller,
+                restart,
+                image,
+                cpu,
+                mem,
+                ext,
+                norm_refs,
+                pod_claims,
+                node,
+                node_selector,
+                tolerations,
+                labels,
+                tmpl_hash,
+                message,
+            )
+            self.pods.append(pod)
+            if state not in ("failed", "succeeded"):
+                self.pod_usage.append((ns, req))
+            if message:
+                self._event(
+                    ns,
+                    pod_name,
+                    pod_uid,
+                    created,
+                    "Warning",
+                    "FailedScheduling",
+                    message,
+                    1 + int(_frac(self.seed, "evcount", pod_uid) * 40),
+                    "default-scheduler",
+                    "Scheduling",
+                )
+            elif state == "creating":
+                self._event(
+                    ns,
+                    pod_name,
+                    pod_uid,
+                    created,
+                    "Normal",
+                    "Scheduled",
+                    f"Successfully assigned {ns}/{pod_name} to {node.name}",
+                    1,
+                    "default-scheduler",
+                    "Binding",
+                )
+
+    def _pod_name(self, ns: str, name: str, controller: str, i: int, count: int, tmpl_hash: str) -> str:
+        for attempt in range(50):
+            if controller == "StatefulSet":
+                pod_name = f"{name}-{i}"
+            elif controller == "None":
+                pod_name = name if count == 1 else f"{name}-{i}"
+            elif controller == "Job":
+                pod_name = f"{name}-{_suffix(5, self.seed, 'pod', ns, name, i, attempt)}"
+            else:
+                pod_name = f"{name}-{tmpl_hash}-{_suffix(5, self.seed, 'pod', ns, name, i, attempt)}"
+            if (ns, pod_name) not in self.pod_names:
+                if len(pod_name) > 63:
+                    raise ScenarioError(f"workload {ns}/{name}: pod name {pod_name!r} is longer than 63 characters")
+                self.pod_names.add((ns, pod_name))
+                return pod_name
+            if controller in ("StatefulSet", "None"):
+                break
+        raise ScenarioError(f"workload {ns}/{name}: pod name collision for {name!r} in namespace {ns}")
+
+    def _filter_reasons(
+        self, node: NodeState, selector: dict, tolerations: list[dict], req: dict[str, int], claims: list[ClaimState]
+    ) -> list[str]:
+        if node.unschedulable:
+            return ["node(s) were unschedulable"]
+        for t in node.taints:
+            if t["effect"] in ("NoSchedule", "NoExecute") and not _tolerates(t, tolerations):
+                if self.taint_style == "generic":
+                    return ["node(s) had untolerated taint(s)"]
+                return [f"node(s) had untolerated taint {{{t['key']}: {t.get('value', '')}}}"]
+        for k, v in selector.items():
+            if node.labels.get(k) != v:
+                return ["node(s) didn't match Pod's node affinity/selector"]
+        reasons = []
+        if node.pod_count + 1 > node.alloc["pods"]:
+            reasons.append("Too many pods")
+        for rname, amount in req.items():
+            if amount and node.used.get(rname, 0) + amount > node.alloc.get(rname, 0):
+                reasons.append(f"Insufficient {rname}")
+        if reasons:
+            return reasons
+        if claims and self._try_allocate(node, claims) is None:
+            return ["cannot allocate all claims"]
+        return []
+
+    def _place(
+        self,
+        pool: str | None,
+        selector: dict,
+        tolerations: list[dict],
+        req: dict[str, int],
+        claims: list[ClaimState],
+        consume: bool,
+    ) -> NodeState | None:
+        fixed = {c.node for c in claims if c.results is not None}
+        if len(fixed) > 1:
+            return None
+        nodes = self.pool_nodes[pool] if pool else self.nodes
+        if fixed:
+            nodes = [self.nodes_by_name[fixed.pop()]]
+        if not nodes:
+            return None
+        key = pool or ""
+        start = self.pool_cursor.get(key, 0) % len(nodes) if len(nodes) > 1 else 0
+        for k in range(len(nodes)):
+            node = nodes[(start + k) % len(nodes)]
+            if not consume:
+                if not self._filter_reasons(node, selector, tolerations, {}, []):
+                    return node
+                continue
+            if self._filter_reasons(node, selector, tolerations, req, []):
+                continue
+            picks = self._try_allocate(node, claims) if claims else []
+            if picks is None:
+                continue
+            self._commit(node, picks)
+            node.pod_count += 1
+            for rname, amount in req.items():
+                node.used[rname] = node.used.get(rname, 0) + amount
+            if len(nodes) > 1:
+                self.pool_cursor[key] = (start + k) % len(nodes)
+            return node
+        return None
+
+    def _unschedulable_message(
+        self, selector: dict, tolerations: list[dict], req: dict[str, int], claims: list[ClaimState], ctx: str
+    ) -> str:
+        hist: dict[str, int] = {}
+        unresolvable = 0
+        for node in self.nodes:
+            reasons = self._filter_reasons(node, selector, tolerations, req, claims)
+            if not reasons:
+                raise ScenarioError(
+                    f"{ctx}: declared pending but it fits on node {node.name}; request more than is "
+                    "free, or fill the target pool first"
+                )
+            for r in reasons:
+                hist[r] = hist.get(r, 0) + 1
+            if not (
+                reasons[0].startswith("Insufficient") or reasons[0] in ("Too many pods", "cannot allocate all claims")
+            ):
+                unresolvable += 1
+        n = len(self.nodes)
+        if n == 0:
+            return "no nodes available to schedule pods"
+        parts = sorted(f"{c} {r}" for r, c in hist.items())
+        pre = []
+        if n - unresolvable:
+            pre.append(f"{n - unresolvable} No preemption victims found for incoming pod")
+        if unresolvable:
+            pre.append(f"{unresolvable} Preemption is not helpful for scheduling")
+        dra = "no new claims to deallocate, " if self.has_dra or self.classes else ""
+        return (
+            f"0/{n} nodes are available: {', '.join(parts)}. {dra}preemption: 0/{n} nodes are available: "
+            f"{', '.join(sorted(pre))}."
+        )
+
+    def _event(
+        self,
+        ns: str,
+        pod: str,
+        pod_uid: str,
+        created: float,
+        etype: str,
+        reason: str,
+        message: str,
+        count: int,
+        component: str,
+        action: str,
+    ) -> None:
+        name = f"{pod}.{_digest(self.seed, 'event', ns, pod, reason).hex()[:16]}"
+        self.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": _uid(self.seed, "Event", ns, name),
+                    "creationTimestamp": _ts(created + 1),
+                },
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": pod, "uid": pod_uid},
+                "reason": reason,
+                "message": message,
+                "type": etype,
+                "count": count,
+                "firstTimestamp": _ts(created + 1),
+                "lastTimestamp": _ts(created + 1 + (count - 1) * 300),
+                "source": {"component": component},
+                "reportingComponent": component,
+                "reportingInstance": f"{component}-control-plane-0",
+                "action": action,
+            }
+        )
+
+    def _pod_object(
+        self,
+        w: dict,
+        ns: str,
+        name: str,
+        pod_name: str,
+        pod_uid: str,
+        i: int,
+        created: float,
+        state: str,
+        controller: str,
+        restart: str,
+        image: str,
+        cpu: int,
+        mem: int,
+        ext: dict[str, int],
+        refs: list[dict],
+        pod_claims: list,
+        node: NodeState | None,
+        selector: dict,
+        tolerations: list[dict],
+        labels: dict,
+        tmpl_hash: str,
+        message: str | None,
+    ) -> dict:
+        cname = "main"
+        requests = {"cpu": _fmt_cpu(cpu), "memory": _fmt_bytes(mem), **{k: str(v) for k, v in ext.items()}}
+        limits = {"memory": _fmt_bytes(mem), **{k: str(v) for k, v in ext.items()}}
+        if controller != "Job":
+            limits["cpu"] = _fmt_cpu(cpu)
+        resources: dict[str, Any] = {"requests": requests, "limits": limits}
+        if refs:
+            resources["claims"] = [{"name": r["name"]} for r in refs]
+        container: dict[str, Any] = {
+            "name": cname,
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "resources": resources,
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File",
+        }
+        if w.get("command"):
+            container["command"] = [str(c) for c in w["command"]]
+        all_tolerations = [
+            *(dict(t) for t in tolerations),
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ]
+        sa = str(w.get("serviceAccountName", "default"))
+        spec: dict[str, Any] = {
+            "containers": [container],
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": sa,
+            "serviceAccount": sa,
+            "schedulerName": "default-scheduler",
+            "securityContext": {},
+            "tolerations": all_tolerations,
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+        if w.get("priorityClassName"):
+            spec["priorityClassName"] = str(w["priorityClassName"])
+        if selector:
+            spec["nodeSelector"] = dict(selector)
+        if node:
+            spec["nodeName"] = node.name
+        if refs:
+            spec["resourceClaims"] = [
+                {"name": r["name"], "resourceClaimTemplateName": r["template"]}
+                if "template" in r
+                else {"name": r["name"], "resourceClaimName": r["claim"]}
+                for r in refs
+            ]
+        meta: dict[str, Any] = {
+            "name": pod_name,
+            "namespace": ns,
+            "uid": pod_uid,
+            "creationTimestamp": _ts(created),
+            "labels": dict(labels),
+        }
+        if controller == "Deployment":
+            meta["labels"]["pod-template-hash"] = tmpl_hash
+            owner = ("apps/v1", "ReplicaSet", f"{name}-{tmpl_hash}")
+        elif controller == "StatefulSet":
+            meta["labels"]["apps.kubernetes.io/pod-index"] = str(i)
+            meta["labels"]["statefulset.kubernetes.io/pod-name"] = pod_name
+            owner = ("apps/v1", "StatefulSet", name)
+        elif controller == "Job":
+            meta["labels"]["batch.kubernetes.io/job-name"] = name
+            meta["labels"]["job-name"] = name
+            owner = ("batch/v1", "Job", name)
+        else:
+            owner = None
+        if owner:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": owner[0],
+                    "kind": owner[1],
+                    "name": owner[2],
+                    "uid": _uid(self.seed, owner[1], ns, owner[2]),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        guaranteed = controller != "Job"
+        status: dict[str, Any] = {"qosClass": "Guaranteed" if guaranteed else "Burstable"}
+        t0 = created + 2
+        sched = {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": _ts(t0)}
+        image_id = f"{image.split(':')[0]}@sha256:{_digest('image', image).hex()}"
+        cid = f"containerd://{_digest(self.seed, 'ctr', ns, pod_name).hex()}"
+        if state == "pending":
+            status["phase"] = "Pending"
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": _ts(t0),
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ]
+        else:
+            node.pod_ip_seq += 1
+            pod_ip = f"{node.pod_cidr.rsplit('.', 1)[0]}.{(node.pod_ip_seq % 250) + 2}"
+            status.update({"hostIP": node.ip, "hostIPs": [{"ip": node.ip}], "startTime": _ts(t0 + 1)})
+            ready = state == "running"
+            running_phase = state in ("running", "crashloop")
+
+            def cond(t: str, ok: bool, reason: str | None = None) -> dict:
+                c = {
+                    "type": t,
+                    "status": "True" if ok else "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": _ts(t0 + 30),
+                }
+                if reason:
+                    c["reason"] = reason
+                return c
+
+            cs: dict[str, Any] = {
+                "name": cname,
+                "image": image,
+                "imageID": image_id if state != "creating" else "",
+                "restartCount": 0,
+                "ready": ready,
+                "started": ready,
+            }
+            if state == "running":
+                status["phase"] = "Running"
+                cs.update({"containerID": cid, "state": {"running": {"startedAt": _ts(t0 + 30)}}})
+                conds = [
+                    cond("PodReadyToStartContainers", True),
+                    cond("Initialized", True),
+                    cond("Ready", True),
+                    cond("ContainersReady", True),
+                    sched,
+                ]
+            elif state == "creating":
+                status["phase"] = "Pending"
+                cs["state"] = {"waiting": {"reason": "ContainerCreating"}}
+                conds = [
+                    cond("PodReadyToStartContainers", False),
+                    cond("Initialized", True),
+                    cond("Ready", False, "ContainersNotReady"),
+                    cond("ContainersReady", False, "ContainersNotReady"),
+                    sched,
+                ]
+                conds[2]["message"] = conds[3]["message"] = f"containers with unready status: [{cname}]"
+            elif state == "crashloop":
+                status["phase"] = "Running"
+                restarts = 3 + int(_frac(self.seed, "restarts", pod_uid) * 20)
+                cs.update(
+                    {
+                        "containerID": cid,
+                        "restartCount": restarts,
+                        "started": False,
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": f"back-off 5m0s restarting failed container={cname} pod={pod_name}_{ns}({pod_uid})",
+                            }
+                        },
+                        "lastState": {
+                            "terminated": {
+                                "exitCode": 1,
+                                "reason": "Error",
+                                "containerID": cid,
+                                "startedAt": _ts(t0 + 3000),
+                                "finishedAt": _ts(t0 + 3040),
+                            }
+                        },
+                    }
+                )
+                conds = [
+                    cond("PodReadyToStartContainers", True),
+                    cond("Initialized", True),
+                    cond("Ready", False, "ContainersNotReady"),
+                    cond("ContainersReady", False, "ContainersNotReady"),
+                    sched,
+                ]
+                conds[2]["message"] = conds[3]["message"] = f"containers with unready status: [{cname}]"
+            else:
+                ok = state == "succeeded"
+                reason = "Completed" if ok else str(w.get("exitReason", "Error"))
+                code = 0 if ok else (137 if reason == "OOMKilled" else 1)
+                status["phase"] = "Succeeded" if ok else "Failed"
+                cs.update(
+                    {
+                        "containerID": cid,
+                        "ready": False,
+                        "started": False,
+                        "state": {
+                            "terminated": {
+                                "exitCode": code,
+                                "reason": reason,
+                                "containerID": cid,
+                                "startedAt": _ts(t0 + 30),
+                                "finishedAt": _ts(t0 + 3600),
+                            }
+                        },
+                    }
+                )
+                done = "PodCompleted" if ok else "PodFailed"
+                conds = [
+                    cond("PodReadyToStartContainers", False),
+                    cond("Initialized", True, done),
+                    cond("Ready", False, done),
+                    cond("ContainersReady", False, done),
+                    sched,
+                ]
+            if running_phase or state == "creating":
+                status["podIP"] = pod_ip
+                status["podIPs"] = [{"ip": pod_ip}]
+                if state == "creating":
+                    del status["podIP"], status["podIPs"]
+            status["conditions"] = conds
+            status["containerStatuses"] = [cs]
+        gen = [(r["name"], c.name) for r, c in pod_claims if c.template is not None]
+        if gen:
+            status["resourceClaimStatuses"] = [{"name": n, "resourceClaimName": c} for n, c in gen]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    # ---------------------------------------------------------------- quotas
+    def build_quotas(self) -> list[dict]:
+        out = []
+        usage: dict[str, dict[str, int]] = {}
+        for ns, req in self.pod_usage:
+            u = usage.setdefault(ns, {})
+            u["pods"] = u.get("pods", 0) + 1
+            for k, v in req.items():
+                u[k] = u.get(k, 0) + v
+        claim_count: dict[str, int] = {}
+        class_devices: dict[tuple[str, str], int] = {}
+        for c in self.claim_order:
+            claim_count[c.namespace] = claim_count.get(c.namespace, 0) + 1
+            for r in c.requests:
+                key = (c.namespace, r["deviceClassName"])
+                class_devices[key] = class_devices.get(key, 0) + (
+                    r["count"] if r["mode"] == "ExactCount" else ALL_MODE_QUOTA
+                )
+        seen: set[tuple[str, str]] = set()
+        for i, q in enumerate(_list(self.spec, "quotas", "scenario")):
+            ctx = f"quotas[{i}]"
+            _check_keys(q, {"name", "namespace", "hard"}, ctx, ("namespace", "hard"))
+            if not isinstance(q["hard"], dict) or not q["hard"]:
+                raise ScenarioError(f"{ctx}.hard: expected a non-empty mapping")
+            for ns in self._ns_list(q["namespace"], f"{ctx}.namespace"):
+                name = _subdomain(q.get("name", "gpu-quota"), f"{ctx}.name")
+                if (ns, name) in seen:
+                    raise ScenarioError(f"{ctx}: duplicate ResourceQuota {ns}/{name}; give each quota a name")
+                seen.add((ns, name))
+                u = usage.get(ns, {})
+                hard, used = {}, {}
+                for key, value in q["hard"].items():
+                    key = str(key)
+                    parse_quantity(value, f"{ctx}.hard.{key}")
+                    hard[key] = str(value)
+                    used[key] = self._quota_used(key, u, claim_count.get(ns, 0), class_devices, ns, ctx)
+                out.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ResourceQuota",
+                        "metadata": {
+                            "name": name,
+                            "namespace": ns,
+                            "uid": _uid(self.seed, "ResourceQuota", ns, name),
+                            "creationTimestamp": _ts(-60 * 86400 + i * 60),
+                        },
+                        "spec": {"hard": hard},
+                        "status": {"hard": dict(hard), "used": used},
+                    }
+                )
+        return out
+
+    @staticmethod
+    def _quota_used(key: str, u: dict[str, int], claims: int, class_devices: dict, ns: str, ctx: str) -> str:
+        if key in ("pods", "count/pods"):
+            return str(u.get("pods", 0))
+        if key in ("cpu", "requests.cpu", "limits.cpu"):
+            return _fmt_cpu(u.get("cpu", 0))
+        if key in ("memory", "requests.memory", "limits.memory"):
+            return _fmt_bytes(u.get("memory", 0)) if u.get("memory") else "0"
+        if key == "count/resourceclaims.resource.k8s.io":
+            return str(claims)
+        if key.endswith(".deviceclass.resource.k8s.io/devices"):
+            cls = key[: -len(".deviceclass.resource.k8s.io/devices")]
+            return str(class_devices.get((ns, cls), 0))
+        if key.startswith("requests."):
+            return str(u.get(key[len("requests.") :], 0))
+        raise ScenarioError(f"{ctx}.hard: kubesim cannot compute usage for quota key {key!r}")
+
+    # ---------------------------------------------------------------- main
+    def build(self) -> list[dict]:
+        _check_keys(
+            self.spec,
+            {
+                "name",
+                "description",
+                "kubernetesVersion",
+                "schedulerTaintMessage",
+                "nodePools",
+                "deviceClasses",
+                "namespaces",
+                "claimTemplates",
+                "claims",
+                "workloads",
+                "quotas",
+            },
+            "scenario",
+        )
+        namespaces = self.build_namespaces()
+        classes = self.build_device_classes()
+        self.build_nodes()
+        templates = self.build_templates()
+        self.declare_claims()
+        self.build_workloads()
+        quotas = self.build_quotas()
+        claims = [self._claim_object(c) for c in self.claim_order]
+        return [
+            *namespaces,
+            *classes,
+            *self.node_objs,
+            *self.slices,
+            *quotas,
+            *templates,
+            *claims,
+            *self.pods,
+            *self.events,
+        ]
+
+
+def _read(source: str | Path) -> dict:
+    text_name = str(source)
+    if text_name == "empty":
+        return {"name": "empty"}
+    path = SCENARIO_DIR / f"{text_name}.yaml" if text_name in BUILTIN_SCENARIOS else Path(text_name)
+    if not path.is_file():
+        raise ScenarioError(f"unknown scenario {text_name!r}: not one of {', '.join(BUILTIN_SCENARIOS)} and not a file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: invalid YAML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def load_scenario(source: str | Path | dict = "demo", seed: int = 0) -> list[dict]:
+    """Expand a scenario (builtin name, YAML path or parsed dict) into Kubernetes objects in creation order."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ScenarioError(f"seed must be an integer, got {seed!r}")
+    spec = source if isinstance(source, dict) else _read(source)
+    if not isinstance(spec, dict):
+        raise ScenarioError("scenario must be a mapping")
+    # The build allocates millions of acyclic dicts; the cyclic GC would rescan them repeatedly (about half the
+    # run time for "large"), so it is paused for the duration and restored afterwards.
+    gc_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Builder(spec, seed).build()
+    except ScenarioError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:  # malformed values deep inside the spec
+        raise ScenarioError(f"malformed scenario: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if gc_enabled:
+            gc.enable()
