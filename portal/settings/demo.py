@@ -4,8 +4,8 @@ import os
 import secrets
 from pathlib import Path
 
-_var = Path(__file__).resolve().parent.parent.parent / "var"
-_var.mkdir(exist_ok=True)
+_var = Path(os.environ.get("PORTAL_VAR_DIR") or Path(__file__).resolve().parent.parent.parent / "var")
+_var.mkdir(parents=True, exist_ok=True)
 _secret_file = _var / "demo-secret-key"
 if not _secret_file.exists():
     _secret_file.write_text(secrets.token_urlsafe(50))

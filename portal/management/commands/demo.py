@@ -36,7 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--churn", default=os.environ.get("KUBESIM_CHURN", "0.5"))
 
     def handle(self, *args: Any, **options: Any) -> None:
-        var = Path(settings.BASE_DIR) / "var"
+        var = Path(settings.VAR_DIR)
         for sub in ("celery-broker", "celery-broker/processed"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         for port in (options["sim_port"], options["web_port"]):

@@ -1,0 +1,148 @@
+"""Project-level guarantees: fail-fast settings, deploy checks, compose file, secrets never logged, the demo."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from inventory.errors import ClusterConfigError
+from inventory.leases import lease_backend
+from inventory.models import Cluster, Node
+from inventory.services.clients import client_for
+from inventory.services.clusters import cluster_register
+from inventory.services.sync import cluster_sync_once
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_SECURE"}}
+    env.update(overrides)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_settings_fail_fast_without_a_secret() -> None:
+    result = subprocess.run([PY, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                            env=_env(DJANGO_SETTINGS_MODULE="portal.settings.base",
+                                     DATABASE_URL="postgres://postgres@127.0.0.1/portal"))
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_check_deploy_is_clean_under_production_settings() -> None:
+    result = subprocess.run(
+        [PY, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT, capture_output=True, text=True,
+        env=_env(DJANGO_SETTINGS_MODULE="portal.settings.base", DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
+                 DATABASE_URL="postgres://postgres@127.0.0.1/portal", DJANGO_ALLOWED_HOSTS="portal.example.com"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_docker_compose_file_is_valid() -> None:
+    compose = shutil.which("docker-compose")
+    assert compose, "docker-compose is installed by .ci/run"
+    result = subprocess.run([compose, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
+                            env=_env(DJANGO_SECRET_KEY="compose-check"))
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert {"postgres", "redis", "web", "worker", "beat", "kubesim"} <= set(services)
+
+
+def test_kubeconfig_secrets_never_reach_the_logs(transactional_db: None, caplog: pytest.LogCaptureFixture) -> None:
+    from kubesim import Simulator
+
+    token = "s3cr3t-" + secrets.token_hex(8)
+    with Simulator(scenario="demo", port=0) as sim:
+        kubeconfig = sim.kubeconfig()
+        kubeconfig["users"][0]["user"] = {"token": token}
+        caplog.set_level(logging.DEBUG)
+        cluster = cluster_register(name="secret", kubeconfig=yaml.safe_dump(kubeconfig))
+        client = client_for(cluster)
+        backend = lease_backend()
+        try:
+            cluster_sync_once(cluster_id=cluster.pk, client=client, kinds=("nodes",),
+                              lease_for=lambda state: backend.acquire(state, 30))
+        finally:
+            client.close()
+    assert Node.objects.filter(cluster=cluster).exists()
+    assert token not in caplog.text
+    assert token not in repr(cluster)
+    assert token not in str(cluster)
+    with pytest.raises(ClusterConfigError) as info:
+        cluster_register(name="bad", kubeconfig=f"token: {token}\n: : [")
+    assert token not in str(info.value)
+    assert not Cluster.objects.filter(name="bad").exists()
+
+
+@pytest.mark.slow
+def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
+    """`manage.py demo` on embedded defaults (SQLite, filesystem broker): the node list shows the demo fleet."""
+    env = _env(DJANGO_SETTINGS_MODULE="portal.settings.demo", PORTAL_VAR_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
+    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    sim_port, web_port = _free_port(), _free_port()
+    log = (tmp_path / "demo.log").open("wb")
+    demo = subprocess.Popen([PY, "manage.py", "demo", "--sim-port", str(sim_port), "--web-port", str(web_port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{web_port}"
+    try:
+        session = requests.Session()
+        deadline = time.monotonic() + 120
+        while True:
+            assert demo.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
+            try:
+                page = session.get(f"{base}/login/", timeout=2)
+                if page.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
+            time.sleep(0.5)
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert csrf is not None
+        session.post(f"{base}/login/", data={"username": "member", "password": "demo",
+                                             "csrfmiddlewaretoken": csrf.group(1)},
+                     headers={"Referer": f"{base}/login/"}, timeout=10)
+        nodes = session.get(f"{base}/inventory/nodes/?extended_resource=nvidia.com/gpu", timeout=10)
+        assert nodes.status_code == 200
+        from kubesim.scenario import load_scenario
+
+        gpu_nodes = [o["metadata"]["name"] for o in load_scenario("demo") if o["kind"] == "Node"
+                     and "nvidia.com/gpu" in o["status"]["capacity"]]
+        assert gpu_nodes
+        assert all(name in nodes.text for name in gpu_nodes)
+        assert "member" in nodes.text  # logged in as the demo user
+        output = (tmp_path / "demo.log").read_text()
+        assert "Logins (password 'demo')" in output
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        try:
+            demo.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        log.close()
+    time.sleep(1)
+    for port in (sim_port, web_port):  # Ctrl-C stopped everything the demo started
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
