@@ -146,3 +146,17 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
     for port in (sim_port, web_port):  # Ctrl-C stopped everything the demo started
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_import_contracts_hold() -> None:
+    """.importlinter: layers point one way; only inventory.k8s imports `kubernetes`; kubesim stands alone."""
+    result = subprocess.run([str(Path(PY).parent / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout
+
+
+def test_no_missing_migrations() -> None:
+    result = subprocess.run([PY, "manage.py", "makemigrations", "--check", "--dry-run"], cwd=ROOT,
+                            capture_output=True, text=True, env=_env(DJANGO_SETTINGS_MODULE="portal.settings.test"))
+    assert result.returncode == 0, result.stdout + result.stderr
