@@ -143,6 +143,7 @@ else:
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 PORTAL_LEASE_BACKEND = env("PORTAL_LEASE_BACKEND", default="redis" if REDIS_URL else "database")

@@ -37,7 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         var = Path(settings.VAR_DIR)
-        for sub in ("celery-broker", "celery-broker/processed"):
+        for sub in ("celery-broker", "celery-broker/processed", "celery-broker/control"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         for port in (options["sim_port"], options["web_port"]):
             if _port_open("127.0.0.1", port):
