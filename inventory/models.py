@@ -194,8 +194,8 @@ class Node(KubeObject):
 
     @property
     def extended_resources(self) -> list[str]:
-        """Resource names other than the built-in cpu/memory/pods/storage ones."""
-        return sorted(k for k in self.capacity if "/" in k or k.startswith("hugepages-"))
+        """Vendor resources (`vendor/name`, e.g. nvidia.com/gpu); hugepages and cpu/memory are native resources."""
+        return sorted(k for k in self.capacity if "/" in k)
 
 
 class Pod(KubeObject):

@@ -102,7 +102,7 @@ def cluster_is_listing(*, cluster_id: int) -> bool:
 
 
 def node_extended_resource_names() -> list[str]:
-    """Extended resource names (``vendor/name``, hugepages) present in the capacity of some live node."""
+    """Extended resource names (``vendor/name``) present in the capacity of some live node."""
     nodes = Node.objects.live().order_by()
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -111,7 +111,7 @@ def node_extended_resource_names() -> list[str]:
             keys: Iterable[str] = (row[0] for row in cursor.fetchall())
     else:
         keys = {key for capacity in nodes.values_list("capacity", flat=True) for key in (capacity or {})}
-    return sorted(key for key in keys if "/" in key or key.startswith("hugepages-"))
+    return sorted(key for key in keys if "/" in key)
 
 
 def node_is_schedulable(node: Node) -> bool:

@@ -1,0 +1,53 @@
+"""Command line: ``python -m kubesim --scenario demo --port 6443``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from .server import Simulator
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kubesim", description="Kubernetes API simulator")
+    parser.add_argument("--scenario", default="demo", help="scenario name (demo, large, empty) or YAML path")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=6443)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write-kubeconfig", metavar="PATH", default=None)
+    parser.add_argument("--churn", type=float, default=0.0, metavar="RATE", help="changes per second (0 = off)")
+    parser.add_argument("--history-limit", type=int, default=100_000)
+    args = parser.parse_args(argv)
+
+    sim = Simulator(
+        scenario=args.scenario, host=args.host, port=args.port, seed=args.seed, history_limit=args.history_limit
+    ).start()
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
+    if args.write_kubeconfig:
+        sim.write_kubeconfig(args.write_kubeconfig)
+    if args.churn > 0:
+        sim.churn.start(rate_per_second=args.churn, seed=args.seed)
+    counts = ", ".join(f"{p}={sim.store.count(p)}" for p in ("nodes", "pods", "resourceslices", "resourceclaims"))
+    sys.stdout.write(f"kubesim serving {sim.url} ({counts})\n")
+    sys.stdout.flush()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

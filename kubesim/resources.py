@@ -1,0 +1,412 @@
+"""Resource type registry, discovery documents and Table conversion for the simulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+RESOURCE_GROUP = "resource.k8s.io"
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One served kind."""
+
+    plural: str
+    singular: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    has_status: bool = False
+    columns: tuple[tuple[str, str], ...] = field(default=(("Name", "name"), ("Age", "age")))
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+
+RESOURCES: dict[str, ResourceType] = {
+    r.plural: r
+    for r in [
+        ResourceType(
+            "namespaces",
+            "namespace",
+            "Namespace",
+            "",
+            "v1",
+            False,
+            ("ns",),
+            True,
+            (("Name", "name"), ("Status", "ns_status"), ("Age", "age")),
+        ),
+        ResourceType(
+            "nodes",
+            "node",
+            "Node",
+            "",
+            "v1",
+            False,
+            ("no",),
+            True,
+            (
+                ("Name", "name"),
+                ("Status", "node_status"),
+                ("Roles", "node_roles"),
+                ("Age", "age"),
+                ("Version", "node_version"),
+            ),
+        ),
+        ResourceType(
+            "pods",
+            "pod",
+            "Pod",
+            "",
+            "v1",
+            True,
+            ("po",),
+            True,
+            (
+                ("Name", "name"),
+                ("Ready", "pod_ready"),
+                ("Status", "pod_status"),
+                ("Restarts", "pod_restarts"),
+                ("Age", "age"),
+                ("Node", "pod_node"),
+            ),
+        ),
+        ResourceType("resourcequotas", "resourcequota", "ResourceQuota", "", "v1", True, ("quota",), True),
+        ResourceType(
+            "events",
+            "event",
+            "Event",
+            "",
+            "v1",
+            True,
+            ("ev",),
+            False,
+            (
+                ("Last Seen", "ev_last_seen"),
+                ("Type", "ev_type"),
+                ("Reason", "ev_reason"),
+                ("Object", "ev_object"),
+                ("Message", "ev_message"),
+                ("Name", "name"),
+            ),
+        ),
+        ResourceType(
+            "resourceslices",
+            "resourceslice",
+            "ResourceSlice",
+            RESOURCE_GROUP,
+            "v1",
+            False,
+            (),
+            False,
+            (
+                ("Name", "name"),
+                ("Node", "slice_node"),
+                ("Driver", "slice_driver"),
+                ("Pool", "slice_pool"),
+                ("Age", "age"),
+            ),
+        ),
+        ResourceType("deviceclasses", "deviceclass", "DeviceClass", RESOURCE_GROUP, "v1", False),
+        ResourceType(
+            "resourceclaims",
+            "resourceclaim",
+            "ResourceClaim",
+            RESOURCE_GROUP,
+            "v1",
+            True,
+            (),
+            True,
+            (("Name", "name"), ("State", "claim_state"), ("Age", "age")),
+        ),
+        ResourceType(
+            "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", RESOURCE_GROUP, "v1", True
+        ),
+    ]
+}
+
+BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCES.values()}
+KIND_ORDER = [
+    "namespaces",
+    "nodes",
+    "deviceclasses",
+    "resourceslices",
+    "resourcequotas",
+    "resourceclaimtemplates",
+    "resourceclaims",
+    "pods",
+    "events",
+]
+
+
+def by_group_version(group: str, version: str) -> dict[str, ResourceType]:
+    return {r.plural: r for r in RESOURCES.values() if r.group == group and r.version == version}
+
+
+def for_object(obj: dict) -> ResourceType | None:
+    return BY_KIND.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+
+
+# ----------------------------------------------------------------------------------------------- discovery
+def version_doc() -> dict:
+    return {
+        "major": "1",
+        "minor": "35",
+        "gitVersion": "v1.35.0",
+        "gitCommit": "kubesim",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.25.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
+
+def api_versions_doc() -> dict:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}],
+    }
+
+
+def _group_doc() -> dict:
+    gv = {"groupVersion": f"{RESOURCE_GROUP}/v1", "version": "v1"}
+    return {"name": RESOURCE_GROUP, "versions": [gv], "preferredVersion": gv}
+
+
+def api_group_list_doc() -> dict:
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc()]}
+
+
+def api_group_doc() -> dict:
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc()}
+
+
+def resource_list_doc(group: str, version: str) -> dict:
+    resources = []
+    for r in by_group_version(group, version).values():
+        entry = {
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(VERBS),
+            "storageVersionHash": r.kind.lower(),
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r.group:
+            entry["categories"] = []
+        resources.append(entry)
+        if r.has_status:
+            resources.append(
+                {
+                    "name": f"{r.plural}/status",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def human_duration(seconds: float) -> str:
+    """Mimic apimachinery's duration.HumanDuration."""
+    s = int(seconds)
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = s // 3600
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if h < 24 * 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 365 * 2:
+        return f"{d}d"
+    return f"{d // 365}y{d % 365}d" if d % 365 else f"{d // 365}y"
+
+
+def _cell(obj: dict, how: str, now: dt.datetime):
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if how == "name":
+        return meta.get("name", "")
+    if how == "age":
+        ts = parse_time(meta.get("creationTimestamp"))
+        return "<unknown>" if ts is None else human_duration((now - ts).total_seconds())
+    if how == "ns_status":
+        return status.get("phase", "Active")
+    if how == "node_status":
+        ready = "Unknown"
+        for c in status.get("conditions") or []:
+            if c.get("type") == "Ready":
+                ready = "Ready" if c.get("status") == "True" else "NotReady"
+        if spec.get("unschedulable"):
+            ready += ",SchedulingDisabled"
+        return ready
+    if how == "node_roles":
+        roles = sorted(
+            k.split("/", 1)[1] for k in (meta.get("labels") or {}) if k.startswith("node-role.kubernetes.io/")
+        )
+        return ",".join(r for r in roles if r) or "<none>"
+    if how == "node_version":
+        return (status.get("nodeInfo") or {}).get("kubeletVersion", "")
+    if how == "pod_ready":
+        cs = status.get("containerStatuses") or []
+        total = len(spec.get("containers") or []) or len(cs)
+        return f"{sum(1 for c in cs if c.get('ready'))}/{total}"
+    if how == "pod_status":
+        return status.get("reason") or status.get("phase", "Pending")
+    if how == "pod_restarts":
+        return sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
+    if how == "pod_node":
+        return spec.get("nodeName") or "<none>"
+    if how == "ev_last_seen":
+        ts = parse_time(obj.get("lastTimestamp") or obj.get("eventTime") or meta.get("creationTimestamp"))
+        return "<unknown>" if ts is None else human_duration((now - ts).total_seconds())
+    if how == "ev_object":
+        io = obj.get("involvedObject") or {}
+        return f"{(io.get('kind') or '').lower()}/{io.get('name', '')}"
+    if how == "ev_type":
+        return obj.get("type", "")
+    if how == "ev_reason":
+        return obj.get("reason", "")
+    if how == "ev_message":
+        return obj.get("message", "")
+    if how == "slice_node":
+        return spec.get("nodeName") or ""
+    if how == "slice_driver":
+        return spec.get("driver", "")
+    if how == "slice_pool":
+        return (spec.get("pool") or {}).get("name", "")
+    if how == "claim_state":
+        if status.get("allocation"):
+            return "allocated,reserved" if status.get("reservedFor") else "allocated"
+        return "pending"
+    return ""
+
+
+def column_definitions(rt: ResourceType) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "type": "integer" if how == "pod_restarts" else "string",
+            "format": "name" if how == "name" else "",
+            "description": name,
+            "priority": 1 if how == "pod_node" or (rt.plural == "events" and how == "name") else 0,
+        }
+        for name, how in rt.columns
+    ]
+
+
+def table_row(rt: ResourceType, obj: dict, include_object: str, now: dt.datetime) -> dict:
+    row: dict = {"cells": [_cell(obj, how, now) for _, how in rt.columns]}
+    if include_object == "Object":
+        row["object"] = obj
+    elif include_object != "None":
+        meta = dict(obj.get("metadata") or {})
+        meta.pop("managedFields", None)
+        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+    return row
+
+
+def table(rt: ResourceType, objs: list[dict], include_object: str, list_meta: dict, with_columns: bool = True) -> dict:
+    now = dt.datetime.now(dt.UTC)
+    doc: dict = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta}
+    if with_columns:
+        doc["columnDefinitions"] = column_definitions(rt)
+    doc["rows"] = [table_row(rt, o, include_object, now) for o in objs]
+    return doc
+
+
+# ----------------------------------------------------------------------------------------------- openapi v3
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_v3_root() -> dict:
+    paths = {}
+    for group in ("", RESOURCE_GROUP):
+        p = _gv_path(group, "v1")
+        paths[p] = {"serverRelativeURL": f"/openapi/v3/{p}?hash=kubesim"}
+    return {"paths": paths}
+
+
+def openapi_v3_doc(gv_path: str) -> dict | None:
+    """A minimal OpenAPI v3 document: enough for kubectl's query-parameter (fieldValidation/dryRun) checks."""
+    group = ""
+    if gv_path.startswith("apis/"):
+        group = gv_path.split("/")[1]
+    if gv_path not in (_gv_path("", "v1"), _gv_path(RESOURCE_GROUP, "v1")):
+        return None
+    params = [
+        {"name": n, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+        for n in ("dryRun", "fieldManager", "fieldValidation", "force", "pretty")
+    ]
+    paths: dict = {}
+    schemas: dict = {}
+    for rt in by_group_version(group, "v1").values():
+        gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        base = f"/{gv_path}/" + ("namespaces/{namespace}/" if rt.namespaced else "") + rt.plural + "/{name}"
+        schema_name = f"io.k8s.kubesim.{rt.group or 'core'}.{rt.version}.{rt.kind}"
+        op = {
+            "operationId": f"patch{rt.kind}",
+            "parameters": params,
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+            "responses": {
+                "200": {
+                    "description": "OK",
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_name}"}}},
+                }
+            },
+        }
+        paths[base] = {"patch": op}
+        schemas[schema_name] = {
+            "type": "object",
+            "x-kubernetes-group-version-kind": [gvk],
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.35.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }

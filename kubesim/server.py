@@ -1,0 +1,772 @@
+"""HTTP front end speaking the Kubernetes REST protocol, and the Simulator facade."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import queue
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+import yaml
+
+from . import patch as patchmod
+from . import resources as res
+from .churn import Churn
+from .faults import Faults
+from .store import ApiError, Store, make_filter, not_found
+
+MAX_WATCH_SECONDS = 1800.0
+BOOKMARK_INTERVAL = 1.0
+PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/json-patch+json": "json",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+cbor": "unsupported",
+}
+
+
+class _Route:
+    __slots__ = ("name", "namespace", "rt", "subresource")
+
+    def __init__(self, rt, namespace, name, subresource):
+        self.rt = rt
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+
+
+def _parse_body(raw: bytes, allow_yaml: bool = False):
+    if not raw.strip():
+        raise ApiError(400, "BadRequest", "the body of the request was empty")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if allow_yaml:
+            try:
+                doc = yaml.safe_load(raw.decode())
+            except (yaml.YAMLError, UnicodeDecodeError) as ye:
+                raise ApiError(400, "BadRequest", f"error decoding YAML: {ye}") from ye
+            if isinstance(doc, dict):
+                return doc
+            raise ApiError(400, "BadRequest", "error decoding YAML: not an object") from e
+        raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
+
+
+def _pb_fields(buf: bytes):
+    """Yield (field number, wire type, value) from a protobuf message."""
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _pb_varint(buf, i)
+        fno, wt = key >> 3, key & 7
+        if wt == 0:
+            val, i = _pb_varint(buf, i)
+        elif wt == 2:
+            ln, i = _pb_varint(buf, i)
+            val, i = buf[i : i + ln], i + ln
+        elif wt == 1:
+            val, i = buf[i : i + 8], i + 8
+        elif wt == 5:
+            val, i = buf[i : i + 4], i + 4
+        else:
+            raise ValueError("unsupported wire type")
+        yield fno, wt, val
+
+
+def _pb_varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+
+
+def _decode_protobuf(raw: bytes) -> dict:
+    """Decode a Kubernetes protobuf envelope; only metadata of a Namespace is understood (kubectl create ns)."""
+    if not raw.startswith(b"k8s\x00"):
+        raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+    try:
+        env = {f: v for f, _, v in _pb_fields(raw[4:])}
+        type_meta = {f: v.decode() for f, _, v in _pb_fields(env.get(1, b""))}
+        api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
+        if (api_version, kind) != ("v1", "Namespace"):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"kubesim only accepts JSON bodies for {kind or 'this kind'}"
+                " (protobuf is supported for Namespace only)",
+            )
+        meta: dict = {}
+        for f, _, v in _pb_fields(env.get(2, b"")):
+            if f != 1:
+                continue
+            for mf, _, mv in _pb_fields(v):
+                if mf in (1, 2, 3) and mv:
+                    meta[{1: "name", 2: "generateName", 3: "namespace"}[mf]] = mv.decode()
+                elif mf in (11, 12):
+                    entry = {ef: ev.decode() for ef, _, ev in _pb_fields(mv)}
+                    meta.setdefault("labels" if mf == 11 else "annotations", {})[entry.get(1, "")] = entry.get(2, "")
+        return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """One connection; dispatches Kubernetes API requests to the store."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "kubesim/1.35"
+    sys_version = ""
+    dropped = False
+    watcher = None
+
+    def log_message(self, format, *args):
+        pass
+
+    def setup(self):
+        super().setup()
+        self.server.sim._track(self, True)
+
+    def finish(self):
+        try:
+            super().finish()
+        except OSError:
+            pass
+        finally:
+            self.server.sim._track(self, False)
+
+    @property
+    def sim(self) -> Simulator:
+        return self.server.sim
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    # ------------------------------------------------------------------ plumbing
+    def _send(self, code: int, body: bytes, content_type: str = "application/json", headers: dict | None = None):
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, code: int, doc, headers: dict | None = None):
+        self._send(code, orjson.dumps(doc), headers=headers)
+
+    def _send_error(self, err: ApiError, headers: dict | None = None):
+        self._send_json(err.code, err.status(), headers)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _manager(self, q: dict) -> str:
+        fm = q.get("fieldManager")
+        if fm:
+            return fm
+        ua = self.headers.get("User-Agent") or "unknown"
+        return ua.split("/")[0].split(" ")[0] or "unknown"
+
+    def _route(self, parts: list[str]) -> _Route | None:
+        if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+            group, rest = "", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] == res.RESOURCE_GROUP and parts[2] == "v1":
+            group, rest = res.RESOURCE_GROUP, parts[3:]
+        else:
+            return None
+        kinds = res.by_group_version(group, "v1")
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] != "status":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in kinds or len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        rt = kinds[rest[0]]
+        if namespace is not None and not rt.namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) >= 2 else None
+        sub = rest[2] if len(rest) == 3 else ""
+        if sub and (sub != "status" or not rt.has_status):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return _Route(rt, namespace, name, sub)
+
+    def _dispatch(self, method: str):
+        try:
+            url = urlsplit(self.path)
+            q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            parts = [p for p in url.path.split("/") if p]
+            body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
+            if method == "GET" and self._discovery(url.path.rstrip("/") or "/"):
+                return
+            route = self._route(parts)
+            if route is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            delay = self.sim.faults.take_delay()
+            if delay:
+                time.sleep(delay)
+            fail = self.sim.faults.take_failure()
+            if fail:
+                code, retry_after = fail
+                reason = {429: "TooManyRequests", 503: "ServiceUnavailable", 500: "InternalError", 504: "Timeout"}.get(
+                    code, "InternalError"
+                )
+                headers = {"Retry-After": str(int(retry_after or 1))} if code in (429, 503) and retry_after else None
+                msg = "Too many requests, please try again later." if code == 429 else "simulated failure"
+                details = {"retryAfterSeconds": int(retry_after or 1)} if headers else None
+                self._send_error(ApiError(code, reason, msg, details), headers)
+                return
+            self._handle(method, route, q, body)
+        except ApiError as e:
+            self._send_error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # noqa: BLE001 - never answer with a stack trace
+            try:
+                self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {e!r}"))
+            except OSError:
+                self.close_connection = True
+
+    def _discovery(self, path: str) -> bool:
+        docs = {
+            "/version": res.version_doc,
+            "/api": res.api_versions_doc,
+            "/apis": res.api_group_list_doc,
+            "/api/v1": lambda: res.resource_list_doc("", "v1"),
+            f"/apis/{res.RESOURCE_GROUP}": res.api_group_doc,
+            f"/apis/{res.RESOURCE_GROUP}/v1": lambda: res.resource_list_doc(res.RESOURCE_GROUP, "v1"),
+            "/healthz": None,
+            "/readyz": None,
+            "/livez": None,
+        }
+        if path == "/openapi/v3":
+            self._send_json(200, res.openapi_v3_root())
+            return True
+        if path.startswith("/openapi/v3/"):
+            doc = res.openapi_v3_doc(path[len("/openapi/v3/") :])
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send_json(200, doc)
+            return True
+        if path not in docs:
+            return False
+        fn = docs[path]
+        if fn is None:
+            self._send(200, b"ok", "text/plain")
+        else:
+            self._send_json(200, fn())
+        return True
+
+    # ------------------------------------------------------------------ verbs
+    def _handle(self, method: str, r: _Route, q: dict, body: bytes):
+        store = self.sim.store
+        dry_run = q.get("dryRun") == "All"
+        if method == "GET":
+            if r.name is None:
+                if q.get("watch") in ("true", "1", "True"):
+                    self._watch(r, q)
+                else:
+                    self._list(r, q)
+                return
+            so = store.get_stored(r.rt.plural, r.namespace, r.name)
+            if so is None:
+                raise not_found(r.rt.plural, r.name)
+            if self._wants_table():
+                self._send_json(
+                    200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
+                )
+            else:
+                self._send(200, so.full)
+            return
+        if method == "POST":
+            if r.name is not None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            if "protobuf" in (self.headers.get("Content-Type") or ""):
+                obj = _decode_protobuf(body)
+            else:
+                obj = _parse_body(body)
+            self._fix_namespace(r, obj)
+            obj = patchmod.record_update(None, obj, self._manager(q), r.rt.api_version)
+            out = store.create(r.rt.plural, obj, dry_run=dry_run)
+            self._send_json(201, out)
+            return
+        if method == "PUT":
+            if r.name is None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            if "protobuf" in (self.headers.get("Content-Type") or ""):
+                raise ApiError(415, "UnsupportedMediaType", "kubesim only accepts JSON bodies for updates")
+            obj = _parse_body(body)
+            self._fix_namespace(r, obj)
+            if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
+                raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            with store.lock:
+                cur = store.get_stored(r.rt.plural, r.namespace, r.name)
+                if cur is None:
+                    raise not_found(r.rt.plural, r.name)
+                obj["metadata"]["managedFields"] = cur.obj["metadata"].get("managedFields") or []
+                obj = patchmod.record_update(
+                    cur.obj,
+                    obj
+                    if r.subresource != "status"
+                    else {**cur.obj, "status": obj.get("status"), "metadata": obj["metadata"]},
+                    self._manager(q),
+                    r.rt.api_version,
+                    r.subresource,
+                )
+                out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource)
+            self._send_json(200, out)
+            return
+        if method == "PATCH":
+            if r.name is None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            self._patch(r, q, body, dry_run)
+            return
+        if method == "DELETE":
+            if r.name is None:
+                flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+                items, _, _, _ = store.list(r.rt.plural)
+                deleted = []
+                for so in items:
+                    if flt is None or flt(so):
+                        with contextlib.suppress(ApiError):
+                            deleted.append(store.delete(r.rt.plural, so.key[0] or None, so.key[1], dry_run=dry_run))
+                self._send_json(
+                    200,
+                    {
+                        "kind": r.rt.list_kind,
+                        "apiVersion": r.rt.api_version,
+                        "metadata": {"resourceVersion": str(store.resource_version)},
+                        "items": deleted,
+                    },
+                )
+                return
+            out = store.delete(r.rt.plural, r.namespace, r.name, dry_run=dry_run)
+            self._send_json(200, out)
+            return
+        raise ApiError(405, "MethodNotAllowed", "method not allowed")
+
+    def _fix_namespace(self, r: _Route, obj) -> None:
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if r.rt.namespaced:
+            if r.namespace is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if meta.get("namespace") and meta["namespace"] != r.namespace:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            meta["namespace"] = r.namespace
+        if obj.get("apiVersion") not in (None, r.rt.api_version) or obj.get("kind") not in (None, r.rt.kind):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API "
+                f"version ({r.rt.api_version}) or the kind ({obj.get('kind')}) does not match "
+                f"{r.rt.kind}",
+            )
+
+    def _patch(self, r: _Route, q: dict, body: bytes, dry_run: bool):
+        store = self.sim.store
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        ptype = PATCH_TYPES.get(ctype)
+        if ptype is None or ptype == "unsupported":
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: {', '.join(list(PATCH_TYPES)[:4])}",
+            )
+        manager = q.get("fieldManager")
+        if ptype == "apply" and not manager:
+            raise ApiError(
+                400,
+                "BadRequest",
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+            )
+        manager = manager or self._manager(q)
+        doc = _parse_body(body, allow_yaml=ptype == "apply")
+        force = q.get("force") in ("true", "1", "True")
+        try:
+            with store.lock:
+                cur = store.get_stored(r.rt.plural, r.namespace, r.name)
+                if ptype == "apply":
+                    if not isinstance(doc, dict):
+                        raise ApiError(400, "BadRequest", "apply patch must be an object")
+                    if not doc.get("apiVersion") or not doc.get("kind"):
+                        raise ApiError(400, "BadRequest", "invalid object type: missing apiVersion or kind")
+                    self._fix_namespace(r, doc)
+                    if doc["metadata"].get("name", r.name) != r.name:
+                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+                    doc["metadata"]["name"] = r.name
+                    if cur is None:
+                        if r.subresource:
+                            raise not_found(r.rt.plural, r.name)
+                        new = patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
+                        out = store.create(r.rt.plural, new, dry_run=dry_run)
+                        self._send_json(201, out)
+                        return
+                    new = patchmod.server_side_apply(cur.obj, doc, manager, force, r.rt.api_version, r.subresource)
+                else:
+                    if cur is None:
+                        raise not_found(r.rt.plural, r.name)
+                    if ptype == "merge":
+                        if not isinstance(doc, dict):
+                            raise ApiError(400, "BadRequest", "merge patch must be an object")
+                        new = patchmod.merge_patch(cur.obj, doc)
+                    elif ptype == "strategic":
+                        if not isinstance(doc, dict):
+                            raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
+                        new = patchmod.strategic_merge_patch(cur.obj, doc)
+                    else:
+                        new = patchmod.json_patch(cur.obj, doc)
+                    if not isinstance(new, dict):
+                        raise ApiError(422, "Invalid", "patched object is not an object")
+                    meta = new.get("metadata")
+                    if not isinstance(meta, dict) or meta.get("name") != r.name:
+                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+                    if meta.get("resourceVersion") == cur.obj["metadata"].get("resourceVersion"):
+                        meta = new["metadata"] = dict(meta)
+                        meta["resourceVersion"] = str(cur.rv)
+                    new = patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
+                out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource)
+        except patchmod.ApplyConflictError as e:
+            causes = [
+                {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
+                for m, f in e.conflicts
+            ]
+            raise ApiError(409, "Conflict", str(e), {"causes": causes}) from e
+        except patchmod.PatchError as e:
+            raise ApiError(e.code, e.reason, str(e)) from e
+        self._send_json(200, out)
+
+    def _wants_table(self) -> bool:
+        accept = self.headers.get("Accept") or ""
+        return "as=Table" in accept
+
+    def _list(self, r: _Route, q: dict):
+        store = self.sim.store
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", "invalid limit") from e
+        items, list_rv, cont, remaining = store.list(
+            r.rt.plural,
+            namespace=r.namespace,
+            label_selector=q.get("labelSelector"),
+            field_selector=q.get("fieldSelector"),
+            limit=max(limit, 0),
+            continue_token=q.get("continue") or None,
+        )
+        meta: dict = {"resourceVersion": str(list_rv)}
+        if cont:
+            meta["continue"] = cont
+            meta["remainingItemCount"] = remaining
+        if self._wants_table():
+            self._send_json(200, res.table(r.rt, [so.obj for so in items], q.get("includeObject", "Metadata"), meta))
+            return
+        body = b"".join(
+            [
+                b'{"kind":"',
+                r.rt.list_kind.encode(),
+                b'","apiVersion":"',
+                r.rt.api_version.encode(),
+                b'","metadata":',
+                orjson.dumps(meta),
+                b',"items":[',
+                b",".join([so.item for so in items]),
+                b"]}",
+            ]
+        )
+        self._send(200, body)
+
+    # ------------------------------------------------------------------ watch
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _watch(self, r: _Route, q: dict):
+        store = self.sim.store
+        flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        rv = q.get("resourceVersion") or None
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1", "True")
+        table = self._wants_table()
+        include = q.get("includeObject", "Metadata")
+        try:
+            timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else MAX_WATCH_SECONDS
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", "invalid timeoutSeconds") from e
+        expired = None
+        watcher = None
+        backlog: list = []
+        if self.sim.faults.take_expire():
+            expired = ApiError(410, "Expired", f"too old resource version: {rv or 0} ({store.compacted_rv + 1})")
+        else:
+            try:
+                watcher, backlog = store.watch(r.rt.plural, rv)
+            except ApiError as e:
+                if e.code != 410:
+                    raise
+                expired = e
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if expired is not None:
+            self._chunk(b'{"type":"ERROR","object":' + orjson.dumps(expired.status()) + b"}\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        self.watcher = watcher
+        self.sim._track_watch(self, True)
+
+        def filtered(ev):
+            """Apply selectors like a real server: objects moving in/out of the selection become ADDED/DELETED."""
+            etype, so, prev = ev
+            if flt is None:
+                return etype, so
+            now_in = flt(so)
+            if etype != "MODIFIED" or prev is None:
+                return (etype, so) if now_in else (etype, None)
+            was_in = flt(prev)
+            if now_in and was_in:
+                return etype, so
+            if now_in:
+                return "ADDED", so
+            if was_in:
+                return "DELETED", so
+            return etype, None
+
+        def encode(etype: str, so) -> bytes:
+            if table:
+                obj = orjson.dumps(res.table(r.rt, [so.obj], include, {"resourceVersion": str(so.rv)}))
+            else:
+                obj = so.full
+            return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
+
+        def bookmark(rv_now: int) -> bytes:
+            obj = {"kind": r.rt.kind, "apiVersion": r.rt.api_version, "metadata": {"resourceVersion": str(rv_now)}}
+            return b'{"type":"BOOKMARK","object":' + orjson.dumps(obj) + b"}\n"
+
+        try:
+            out = [encode(t, so) for t, so in (filtered(ev) for ev in backlog) if so is not None]
+            for i in range(0, len(out), 200):
+                self._chunk(b"".join(out[i : i + 200]))
+            start = time.monotonic()
+            deadline = start + timeout
+            last_bm = start
+            while True:
+                now_m = time.monotonic()
+                remaining = deadline - now_m
+                if remaining <= 0:
+                    if bookmarks:
+                        self._chunk(bookmark(store.resource_version))
+                    break
+                try:
+                    item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))
+                except queue.Empty:
+                    item = False
+                if item is None or self.dropped:
+                    self.close_connection = True
+                    return
+                if item:
+                    batch = [item]
+                    with contextlib.suppress(queue.Empty):
+                        while len(batch) < 200:
+                            nxt = watcher.queue.get_nowait()
+                            if nxt is None:
+                                batch.append(None)
+                                break
+                            batch.append(nxt)
+                    data = b"".join(encode(t, so) for t, so in (filtered(x) for x in batch if x) if so is not None)
+                    if data:
+                        self._chunk(data)
+                    if batch[-1] is None:
+                        self.close_connection = True
+                        return
+                if bookmarks and time.monotonic() - last_bm >= BOOKMARK_INTERVAL:
+                    rv_now = store.current_rv_if_drained(watcher)
+                    if rv_now is not None:
+                        self._chunk(bookmark(rv_now))
+                        last_bm = time.monotonic()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            watcher.close()
+            self.sim._track_watch(self, False)
+            self.watcher = None
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        pass
+
+
+class Simulator:
+    """A fake Kubernetes API server backed by an in-memory store."""
+
+    def __init__(
+        self, scenario="demo", host: str = "127.0.0.1", port: int = 0, seed: int = 0, history_limit: int = 100_000
+    ):
+        self.host = host
+        self.port = port
+        self.seed = seed
+        self.scenario = scenario
+        self.store = Store(history_limit=history_limit)
+        self.faults = Faults(self)
+        self.churn = Churn(self)
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._conn_lock = threading.Lock()
+        self._conns: set[Handler] = set()
+        self._watches: set[Handler] = set()
+        self.store.load(self._load_objects(scenario, seed))
+
+    @staticmethod
+    def _load_objects(scenario, seed: int) -> list[dict]:
+        if scenario is None or scenario == "empty":
+            return []
+        if isinstance(scenario, list):
+            return scenario
+        if isinstance(scenario, dict) and str(scenario.get("kind", "")).endswith("List") and "items" in scenario:
+            return list(scenario["items"])
+        from .scenario import load_scenario
+
+        return load_scenario(scenario, seed=seed)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> Simulator:
+        self._httpd = _Server((self.host, self.port), Handler)
+        self._httpd.sim = self
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name=f"kubesim-{self.port}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.churn.stop()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        self.store.stop_watchers()
+        with self._conn_lock:
+            conns = list(self._conns)
+        for h in conns:
+            h.dropped = True
+            with contextlib.suppress(OSError):
+                h.connection.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def restart(self, compact: bool = True) -> Simulator:
+        """Stop serving (closing all connections), optionally compact, serve again on the same port."""
+        self._shutdown()
+        if compact:
+            self.store.compact()
+        for _ in range(50):
+            try:
+                return self.start()
+            except OSError:
+                time.sleep(0.1)
+        return self.start()
+
+    def __enter__(self) -> Simulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _track(self, h: Handler, add: bool) -> None:
+        with self._conn_lock:
+            if add:
+                self._conns.add(h)
+            else:
+                self._conns.discard(h)
+
+    def _track_watch(self, h: Handler, add: bool) -> None:
+        with self._conn_lock:
+            if add:
+                self._watches.add(h)
+            else:
+                self._watches.discard(h)
+
+    def _active_watch_handlers(self) -> list[Handler]:
+        with self._conn_lock:
+            return list(self._watches)
+
+    # ------------------------------------------------------------------ kubeconfig
+    def kubeconfig(self) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubesim", "cluster": {"server": self.url}}],
+            "users": [{"name": "kubesim", "user": {"token": "kubesim-token"}}],
+            "contexts": [
+                {"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim", "namespace": "default"}}
+            ],
+            "current-context": "kubesim",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        return p

@@ -1,0 +1,625 @@
+"""Thread-safe object store with a global resource version, watch history, list snapshots and selectors."""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import datetime as dt
+import queue
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+
+import orjson
+
+from .resources import RESOURCES, ResourceType
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SNAPSHOT_LIMIT = 256
+SNAPSHOT_TTL = 300.0
+
+
+class ApiError(Exception):
+    """An error that maps to a Kubernetes Status response."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict:
+        return status_doc(self.code, self.reason, self.message, self.details)
+
+
+def status_doc(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    doc = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details is not None:
+        doc["details"] = details
+    doc["code"] = code
+    return doc
+
+
+def not_found(plural: str, name: str) -> ApiError:
+    group = RESOURCES[plural].group if plural in RESOURCES else ""
+    res = f"{plural}.{group}" if group else plural
+    details = {"name": name, "kind": plural}
+    if group:
+        details["group"] = group
+    return ApiError(404, "NotFound", f'{res} "{name}" not found', details)
+
+
+def expired(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
+
+
+def now_ts() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StoredObject:
+    """An immutable stored object plus its cached JSON encodings."""
+
+    __slots__ = ("_full", "item", "key", "obj", "rv")
+
+    def __init__(self, obj: dict, rv: int):
+        self.obj = obj
+        self.rv = rv
+        meta = obj["metadata"]
+        self.key = (meta.get("namespace", ""), meta["name"])
+        self.item = orjson.dumps({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
+        self._full: bytes | None = None
+
+    @property
+    def full(self) -> bytes:
+        if self._full is None:
+            prefix = orjson.dumps({"apiVersion": self.obj.get("apiVersion"), "kind": self.obj.get("kind")})
+            rest = self.item[1:]
+            self._full = prefix[:-1] + (b"," + rest if rest != b"}" else b"}")
+        return self._full
+
+    def copy(self) -> dict:
+        return orjson.loads(self.full)
+
+
+# ---------------------------------------------------------------------------------------------- selectors
+_SEL_SPLIT = re.compile(r",(?![^()]*\))")
+_SET_RE = re.compile(r"^\s*([^\s!=()]+)\s+(in|notin)\s*\((.*)\)\s*$")
+
+
+def parse_label_selector(sel: str | None):
+    """Return a predicate over a labels dict, or None for 'everything'."""
+    if not sel or not sel.strip():
+        return None
+    terms = []
+    for raw in _SEL_SPLIT.split(sel):
+        t = raw.strip()
+        if not t:
+            continue
+        m = _SET_RE.match(t)
+        if m:
+            vals = {v.strip() for v in m.group(3).split(",") if v.strip()}
+            terms.append((m.group(2), m.group(1), vals))
+        elif "!=" in t:
+            k, v = t.split("!=", 1)
+            terms.append(("!=", k.strip(), v.strip()))
+        elif "==" in t:
+            k, v = t.split("==", 1)
+            terms.append(("=", k.strip(), v.strip()))
+        elif "=" in t:
+            k, v = t.split("=", 1)
+            terms.append(("=", k.strip(), v.strip()))
+        elif t.startswith("!"):
+            terms.append(("!", t[1:].strip(), None))
+        elif re.match(r"^[A-Za-z0-9_./-]+$", t):
+            terms.append(("exists", t, None))
+        else:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label selector: {t!r}")
+
+    def pred(labels: dict) -> bool:
+        for op, k, v in terms:
+            has = k in labels
+            if op == "=" and labels.get(k) != v:
+                return False
+            if op == "!=" and has and labels[k] == v:
+                return False
+            if op == "in" and (not has or labels[k] not in v):
+                return False
+            if op == "notin" and has and labels[k] in v:
+                return False
+            if op == "exists" and not has:
+                return False
+            if op == "!" and has:
+                return False
+        return True
+
+    return pred
+
+
+def _field_value(obj: dict, path: str) -> str:
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict):
+            return ""
+        cur = cur.get(part)
+        if cur is None:
+            return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur) if not isinstance(cur, dict | list) else ""
+
+
+def parse_field_selector(sel: str | None):
+    if not sel or not sel.strip():
+        return None
+    terms = []
+    for raw in sel.split(","):
+        t = raw.strip()
+        if not t:
+            continue
+        if "!=" in t:
+            k, v = t.split("!=", 1)
+            terms.append((False, k.strip(), v.strip()))
+        elif "==" in t:
+            k, v = t.split("==", 1)
+            terms.append((True, k.strip(), v.strip()))
+        elif "=" in t:
+            k, v = t.split("=", 1)
+            terms.append((True, k.strip(), v.strip()))
+        else:
+            raise ApiError(400, "BadRequest", f"invalid selector: '{sel}'; can't understand '{t}'")
+
+    def pred(obj: dict) -> bool:
+        return all((_field_value(obj, k) == v) == eq for eq, k, v in terms)
+
+    return pred
+
+
+def make_filter(namespace: str | None, label_selector: str | None, field_selector: str | None):
+    lp = parse_label_selector(label_selector)
+    fp = parse_field_selector(field_selector)
+    if namespace is None and lp is None and fp is None:
+        return None
+
+    def flt(so: StoredObject) -> bool:
+        if namespace is not None and so.key[0] != namespace:
+            return False
+        if lp is not None and not lp(so.obj.get("metadata", {}).get("labels") or {}):
+            return False
+        return fp is None or fp(so.obj)
+
+    return flt
+
+
+# ---------------------------------------------------------------------------------------------- watchers
+class Watcher:
+    """A registered watch: events arrive in `queue` as (type, object, previous object); None means 'stop'."""
+
+    def __init__(self, store: Store, plural: str):
+        self.store = store
+        self.plural = plural
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.closed = False
+
+    def close(self) -> None:
+        self.store._unregister(self)
+
+    def stop(self) -> None:
+        self.closed = True
+        self.queue.put(None)
+
+
+class Store:
+    """All objects of all kinds, one lock, one global resource version."""
+
+    def __init__(self, history_limit: int = 100_000):
+        self.lock = threading.RLock()
+        self.history_limit = history_limit
+        self._rv = 0
+        self._compacted = 0  # events with rv <= this are gone
+        self._data: dict[str, dict[tuple[str, str], StoredObject]] = {p: {} for p in RESOURCES}
+        self._sorted: dict[str, list[StoredObject] | None] = dict.fromkeys(RESOURCES)
+        self._history: list[tuple[int, str, str, StoredObject, StoredObject | None]] = []
+        self._history_rvs: list[int] = []
+        self._watchers: dict[str, set[Watcher]] = {p: set() for p in RESOURCES}
+        self._snapshots: OrderedDict[str, tuple[int, float, list[StoredObject]]] = OrderedDict()
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def compacted_rv(self) -> int:
+        return self._compacted
+
+    @staticmethod
+    def _rt(plural: str) -> ResourceType:
+        rt = RESOURCES.get(plural)
+        if rt is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
+        return rt
+
+    def objects(self, plural: str) -> list[dict]:
+        """Current objects of a kind (deep copies, sorted by namespace/name)."""
+        return [so.copy() for so in self.sorted_objects(plural)]
+
+    def sorted_objects(self, plural: str) -> list[StoredObject]:
+        with self.lock:
+            cached = self._sorted[plural]
+            if cached is None:
+                data = self._data[self._rt(plural).plural]
+                cached = [data[k] for k in sorted(data)]
+                self._sorted[plural] = cached
+            return cached
+
+    def get_stored(self, plural: str, namespace: str | None, name: str) -> StoredObject | None:
+        rt = self._rt(plural)
+        return self._data[plural].get((namespace or "" if rt.namespaced else "", name))
+
+    def get(self, plural: str, namespace: str | None, name: str) -> dict | None:
+        so = self.get_stored(plural, namespace, name)
+        return so.copy() if so else None
+
+    def count(self, plural: str) -> int:
+        return len(self._data[plural])
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self, rt: ResourceType, obj: dict, namespace_check: bool = True) -> None:
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+        if obj.get("apiVersion") not in (None, rt.api_version) or obj.get("kind") not in (None, rt.kind):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API "
+                f"version ({rt.api_version}) or kind ({obj.get('kind')}) does not match {rt.kind}",
+            )
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise ApiError(
+                422,
+                "Invalid",
+                f"{rt.kind} is invalid: metadata.name: Required value: name or generateName is required",
+                {
+                    "kind": rt.kind,
+                    "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "metadata.name"}],
+                },
+            )
+        name = meta.get("name")
+        if not name or not isinstance(name, str):
+            raise ApiError(
+                422,
+                "Invalid",
+                f"{rt.kind} is invalid: metadata.name: Required value: name or generateName is required",
+                {
+                    "kind": rt.kind,
+                    "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "metadata.name"}],
+                },
+            )
+        if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+            msg = (
+                f'{rt.kind} "{name}" is invalid: metadata.name: Invalid value: "{name}": a lowercase RFC 1123 '
+                "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and "
+                "end with an alphanumeric character"
+            )
+            raise ApiError(
+                422,
+                "Invalid",
+                msg,
+                {
+                    "name": name,
+                    "kind": rt.kind,
+                    "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": "metadata.name"}],
+                },
+            )
+        for k in ("labels", "annotations"):
+            v = meta.get(k)
+            if v is not None and (not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values())):
+                raise ApiError(400, "BadRequest", f"metadata.{k} must be a map of strings")
+        if rt.namespaced:
+            ns = meta.get("namespace")
+            if not ns:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            if namespace_check and ("", ns) not in self._data["namespaces"]:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
+        elif "namespace" in meta:
+            meta.pop("namespace")
+
+    # ------------------------------------------------------------------ writes
+    def create(self, plural: str, obj: dict, *, dry_run: bool = False, load: bool = False) -> dict:
+        """Create an object; assigns uid, resourceVersion, creationTimestamp, generation."""
+        rt = self._rt(plural)
+        obj = orjson.loads(orjson.dumps(obj)) if not load else obj
+        obj.setdefault("apiVersion", rt.api_version)
+        obj.setdefault("kind", rt.kind)
+        # normalise key order: apiVersion, kind, metadata, ...
+        obj = {"apiVersion": obj.pop("apiVersion"), "kind": obj.pop("kind"), **obj}
+        meta = obj.setdefault("metadata", {})
+        with self.lock:
+            if isinstance(meta, dict) and not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            self._validate(rt, obj, namespace_check=not load)
+            key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+            if key in self._data[plural]:
+                group = f".{rt.group}" if rt.group else ""
+                details = {"name": meta["name"], "kind": plural}
+                if rt.group:
+                    details["group"] = rt.group
+                raise ApiError(409, "AlreadyExists", f'{plural}{group} "{meta["name"]}" already exists', details)
+            if not load or "uid" not in meta:
+                meta["uid"] = meta.get("uid") if load else str(uuid.uuid4())
+                if not meta["uid"]:
+                    meta["uid"] = str(uuid.uuid4())
+            if not load or not meta.get("creationTimestamp"):
+                meta["creationTimestamp"] = now_ts()
+            meta.pop("resourceVersion", None)
+            meta.pop("deletionTimestamp", None)
+            if "spec" in obj or not load:
+                meta["generation"] = 1 if not load else meta.get("generation", 1)
+            if plural == "namespaces":
+                obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+                obj["status"] = {"phase": "Active"}
+            elif plural == "pods" and not load:
+                obj.setdefault("status", {})
+                obj["status"].setdefault("phase", "Pending")
+                obj["status"].setdefault("qosClass", "BestEffort")
+            if dry_run:
+                meta["resourceVersion"] = str(self._rv)
+                return obj
+            return self._commit(plural, key, obj, "ADDED").copy()
+
+    def update(
+        self, plural: str, obj: dict, *, dry_run: bool = False, subresource: str = "", check_rv: bool = True
+    ) -> dict:
+        """Replace an object (optimistic concurrency on metadata.resourceVersion when set)."""
+        rt = self._rt(plural)
+        obj = orjson.loads(orjson.dumps(obj))
+        obj.setdefault("apiVersion", rt.api_version)
+        obj.setdefault("kind", rt.kind)
+        obj = {"apiVersion": obj.pop("apiVersion"), "kind": obj.pop("kind"), **obj}
+        with self.lock:
+            self._validate(rt, obj, namespace_check=False)
+            meta = obj["metadata"]
+            key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+            cur = self._data[plural].get(key)
+            if cur is None:
+                raise not_found(plural, meta["name"])
+            want = meta.get("resourceVersion")
+            if check_rv and want and str(want) != str(cur.rv):
+                group = f".{rt.group}" if rt.group else ""
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {plural}{group} "{meta["name"]}": the object has '
+                    "been modified; please apply your changes to the latest version and try again",
+                    {"name": meta["name"], "kind": plural, **({"group": rt.group} if rt.group else {})},
+                )
+            old = cur.obj
+            if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
+                    f"object meta: {old['metadata'].get('uid')}",
+                )
+            # immutable system fields
+            for f in ("uid", "creationTimestamp"):
+                if f in old["metadata"]:
+                    meta[f] = old["metadata"][f]
+            if subresource == "status":
+                new = dict(old)
+                new["status"] = obj.get("status")
+                if new["status"] is None:
+                    new.pop("status")
+                new["metadata"] = dict(old["metadata"])
+                if "managedFields" in meta:
+                    new["metadata"]["managedFields"] = meta["managedFields"]
+                obj = new
+                meta = obj["metadata"]
+            elif rt.has_status and plural != "namespaces":
+                if "status" in old:
+                    obj["status"] = old["status"]
+                else:
+                    obj.pop("status", None)
+            elif plural == "namespaces":
+                obj["status"] = old.get("status", {"phase": "Active"})
+            gen = old["metadata"].get("generation")
+            if gen is not None:
+                meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+            meta.pop("resourceVersion", None)
+            if dry_run:
+                meta["resourceVersion"] = str(cur.rv)
+                return obj
+            if orjson.dumps(obj) == orjson.dumps(
+                {**old, "metadata": {k: v for k, v in old["metadata"].items() if k != "resourceVersion"}}
+            ):
+                return cur.copy()  # no-op update: no new RV, no event (like real servers)
+            return self._commit(plural, key, obj, "MODIFIED").copy()
+
+    def delete(self, plural: str, namespace: str | None, name: str, *, dry_run: bool = False) -> dict:
+        """Delete an object; returns its last state."""
+        rt = self._rt(plural)
+        with self.lock:
+            key = (namespace or "" if rt.namespaced else "", name)
+            cur = self._data[plural].get(key)
+            if cur is None:
+                raise not_found(plural, name)
+            if dry_run:
+                return cur.copy()
+            if plural == "namespaces":
+                for p, t in RESOURCES.items():
+                    if t.namespaced:
+                        for k in [k for k in self._data[p] if k[0] == name]:
+                            self._remove(p, k)
+            return self._remove(plural, key).copy()
+
+    def _remove(self, plural: str, key) -> StoredObject:
+        old = self._data[plural].pop(key)
+        self._sorted[plural] = None
+        self._rv += 1
+        obj = dict(old.obj)
+        obj["metadata"] = {**old.obj["metadata"], "resourceVersion": str(self._rv)}
+        so = StoredObject(obj, self._rv)
+        self._record(plural, "DELETED", so)
+        return so
+
+    def _commit(self, plural: str, key, obj: dict, etype: str) -> StoredObject:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        so = StoredObject(obj, self._rv)
+        data = self._data[plural]
+        prev = data.get(key)
+        is_new = prev is None
+        data[key] = so
+        srt = self._sorted[plural]
+        if srt is not None:
+            if is_new:
+                self._sorted[plural] = None
+            else:
+                i = bisect.bisect_left(srt, key, key=lambda s: s.key)
+                new_list = list(srt)
+                new_list[i] = so
+                self._sorted[plural] = new_list
+        self._record(plural, etype, so, prev)
+        return so
+
+    def _record(self, plural: str, etype: str, so: StoredObject, prev: StoredObject | None = None) -> None:
+        self._history.append((so.rv, plural, etype, so, prev))
+        self._history_rvs.append(so.rv)
+        if len(self._history) > self.history_limit * 1.1:
+            drop = len(self._history) - self.history_limit
+            self._compacted = self._history[drop - 1][0]
+            del self._history[:drop]
+            del self._history_rvs[:drop]
+            self._expire_snapshots()
+        for w in self._watchers[plural]:
+            w.queue.put((etype, so, prev))
+
+    def load(self, objects: list[dict]) -> int:
+        """Bulk-load objects (no watch history is kept for them); takes ownership of the dicts. Returns count."""
+        from .resources import KIND_ORDER, for_object
+
+        n = 0
+        ordered = sorted(objects, key=lambda o: KIND_ORDER.index(rt.plural) if (rt := for_object(o)) else 99)
+        with self.lock:
+            for o in ordered:
+                rt = for_object(o)
+                if rt is None:
+                    continue
+                self.create(rt.plural, o, load=True)
+                n += 1
+            self.compact()
+        return n
+
+    # ------------------------------------------------------------------ compaction / snapshots
+    def compact(self) -> None:
+        """Drop all watch history up to now; invalidates list snapshots."""
+        with self.lock:
+            self._compacted = self._rv
+            self._history.clear()
+            self._history_rvs.clear()
+            self._snapshots.clear()
+
+    def _expire_snapshots(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, (rv, ts, _) in self._snapshots.items() if rv < self._compacted or now - ts > SNAPSHOT_TTL]:
+            del self._snapshots[sid]
+
+    def list(
+        self,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> tuple[list[StoredObject], int, str | None, int | None]:
+        """Return (items, list_rv, continue, remainingItemCount)."""
+        self._rt(plural)
+        if continue_token:
+            try:
+                tok = orjson.loads(base64.urlsafe_b64decode(continue_token.encode() + b"=="))
+                sid, start, rv = tok["s"], int(tok["o"]), int(tok["rv"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise ApiError(400, "BadRequest", "continue key is not valid: invalid continue token") from e
+            with self.lock:
+                self._expire_snapshots()
+                snap = self._snapshots.get(sid)
+                if snap is None or rv < self._compacted:
+                    raise expired(
+                        "The provided continue parameter is too old to display a consistent list result. "
+                        "You can start a new list without the continue parameter."
+                    )
+                self._snapshots.move_to_end(sid)
+            items = snap[2]
+            list_rv = snap[0]
+        else:
+            flt = make_filter(namespace, label_selector, field_selector)
+            with self.lock:
+                base = self.sorted_objects(plural)
+                list_rv = self._rv
+            items = base if flt is None else [so for so in base if flt(so)]
+            start = 0
+            sid = None
+        if not limit or start + limit >= len(items):
+            return items[start:], list_rv, None, None
+        if sid is None:
+            sid = uuid.uuid4().hex
+            with self.lock:
+                self._snapshots[sid] = (list_rv, time.monotonic(), items)
+                while len(self._snapshots) > SNAPSHOT_LIMIT:
+                    self._snapshots.popitem(last=False)
+        end = start + limit
+        token = base64.urlsafe_b64encode(orjson.dumps({"rv": list_rv, "s": sid, "o": end})).rstrip(b"=").decode()
+        return items[start:end], list_rv, token, len(items) - end
+
+    # ------------------------------------------------------------------ watch
+    def watch(self, plural: str, resource_version: str | None) -> tuple[Watcher, list[tuple[str, StoredObject]]]:
+        """Register a watcher; returns it and the backlog of events to send first."""
+        self._rt(plural)
+        with self.lock:
+            w = Watcher(self, plural)
+            if not resource_version or resource_version == "0":
+                backlog = [("ADDED", so, None) for so in self.sorted_objects(plural)]
+            else:
+                try:
+                    rv = int(resource_version)
+                except ValueError as e:
+                    raise ApiError(400, "BadRequest", f"invalid resource version: {resource_version}") from e
+                if rv < self._compacted:
+                    raise expired(f"too old resource version: {rv} ({self._compacted + 1})")
+                i = bisect.bisect_right(self._history_rvs, rv)
+                backlog = [(t, so, prev) for (_, p, t, so, prev) in self._history[i:] if p == plural]
+            self._watchers[plural].add(w)
+            return w, backlog
+
+    def _unregister(self, w: Watcher) -> None:
+        with self.lock:
+            self._watchers[w.plural].discard(w)
+
+    def stop_watchers(self) -> None:
+        with self.lock:
+            for ws in self._watchers.values():
+                for w in ws:
+                    w.stop()
+
+    def current_rv_if_drained(self, w: Watcher) -> int | None:
+        """The global RV if the watcher has consumed every event so far (safe bookmark RV)."""
+        with self.lock:
+            return self._rv if w.queue.empty() else None
