@@ -31,7 +31,8 @@ PY = sys.executable
 
 def _env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_SECURE"}}
+           if k not in {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_SECURE",
+                        "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env.update(overrides)
     return env
 
