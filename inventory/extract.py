@@ -14,6 +14,14 @@ from typing import Any
 import orjson
 
 from inventory.k8s.quantity import parse_quantity
+from inventory.podstatus import (
+    is_accelerator_pod,
+    pod_claim_names,
+    pod_extended_requests,
+    pod_request_problems,
+    pod_stage,
+)
+from inventory.scheduling import SchedulingFailure, parse_scheduling_message
 
 MAX_NAME = 253
 MAX_LABEL_VALUE = 63
@@ -129,11 +137,36 @@ def _pod(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
     scheduled = next(
         (c for c in _list(status.get("conditions")) if isinstance(c, dict) and c.get("type") == "PodScheduled"), None
     )
+    message = _str((scheduled or {}).get("message"), 64_000)
+    issues.extend(pod_request_problems(obj))
+    stage = pod_stage(obj)
+    unscheduled = scheduled is not None and scheduled.get("status") == "False"
     return {
         "node_name": _str(spec.get("nodeName")),
         "phase": _str(status.get("phase"), 20),
         "scheduled": None if scheduled is None else scheduled.get("status") == "True",
-        "scheduling_message": _str((scheduled or {}).get("message"), 4000),
+        "scheduling_message": message[:4000],
+        "accelerator": is_accelerator_pod(obj),
+        "extended_requests": pod_extended_requests(obj),
+        "claim_names": [_str(n) for n in pod_claim_names(obj)],
+        "stage": str(stage.stage),
+        "stage_layer": _str(stage.layer, 64),
+        "stage_detail": _str(stage.detail, 2000),
+        "restarts": min(stage.restarts, 2**31 - 1),
+        "scheduling_reasons": scheduling_json(parse_scheduling_message(message)) if unscheduled and message else {},
+    }
+
+
+def scheduling_json(failure: SchedulingFailure) -> dict[str, Any]:
+    """A parsed scheduler message as JSON for the Pod row (the raw text stays beside it)."""
+    def reasons(items: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return [{"count": r.count, "reason": r.reason, "category": r.category, "resource": r.resource,
+                 "taint": r.taint} for r in items]
+
+    return {
+        "parsed": failure.parsed, "total_nodes": failure.total_nodes, "reasons": reasons(failure.reasons),
+        "prefilter_message": failure.prefilter_message, "preemption_total": failure.preemption_total,
+        "preemption_reasons": reasons(failure.preemption_reasons), "postfilter": failure.postfilter_message,
     }
 
 

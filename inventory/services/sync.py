@@ -35,6 +35,14 @@ from inventory.k8s.types import WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
 from inventory.models import Cluster, KubeObject, SyncIssue, SyncState
+from inventory.services.derive import (
+    SCOPE_COLUMNS,
+    Scope,
+    derive_cluster,
+    derive_scope,
+    scope_for_listing,
+    scope_for_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -154,11 +162,12 @@ def _upsert(model: type[KubeObject], rows: list[KubeObject], *, with_list_id: bo
 
 def kind_list(
     *, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, page_size: int | None = None,
-    on_page: Callable[[int], None] | None = None,
+    on_page: Callable[[int], None] | None = None, derive: bool = True,
 ) -> ListResult:
     """Full paginated listing of one kind; upserts every page, then tombstones what the listing did not contain.
 
-    Idempotent. A listing that fails half-way raises and prunes nothing; the next one starts over.
+    Idempotent. A listing that fails half-way raises and prunes nothing; the next one starts over. With `derive`,
+    the derived inventory is recomputed in the same transaction as the tombstones.
     """
     ref = kind_ref(kind)
     model = MODELS[kind]
@@ -207,6 +216,8 @@ def kind_list(
             last_list_finished_at=now, last_list_seconds=result.seconds, last_success_at=now,
             list_total=result.count, last_error="",
         )
+        if derive and kind in SCOPE_COLUMNS:
+            derive_scope(cluster_id=cluster_id, scope=scope_for_listing(kind))
     return result
 
 
@@ -223,7 +234,16 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
     resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
     with _fenced(lease.state_id, lease.token):
+        scope = Scope()
+        if kind in SCOPE_COLUMNS and (live or gone):
+            columns = SCOPE_COLUMNS[kind]
+            uids = [row.uid for row in live + gone]
+            before = model.objects.filter(cluster_id=cluster_id, uid__in=uids).values(*columns)
+            scope.merge(scope_for_rows(kind, before))
+            scope.merge(scope_for_rows(kind, [{c: getattr(row, c) for c in columns} for row in live + gone]))
         _upsert(model, live + gone, with_list_id=False)
+        if scope:
+            derive_scope(cluster_id=cluster_id, scope=scope)
         SyncIssue.objects.bulk_create(problems + gone_problems)
         updates: dict[str, Any] = {
             "last_event_at": now, "last_success_at": now, "events_applied": F("events_applied") + len(objects),
@@ -332,9 +352,11 @@ def cluster_sync_once(
             raise ClusterError(f"{kind}: a watcher holds the lease; stop it or wait for its window to end")
         try:
             results.append(kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease,
-                                     page_size=page_size))
+                                     page_size=page_size, derive=False))
         finally:
             lease.release()
+    with transaction.atomic():
+        derive_cluster(cluster_id=cluster_id)  # once, after every kind is in
     return results
 
 

@@ -205,10 +205,23 @@ class Pod(KubeObject):
     phase = models.CharField(max_length=20, blank=True)
     scheduled = models.BooleanField(null=True, help_text="PodScheduled condition status.")
     scheduling_message = models.TextField(blank=True)
+    accelerator = models.BooleanField(default=False, help_text="Requests a vendor extended resource or uses a claim.")
+    extended_requests = models.JSONField(default=dict, blank=True, help_text="Effective vendor resource requests.")
+    claim_names = models.JSONField(default=list, blank=True)
+    stage = models.CharField(max_length=24, blank=True)
+    stage_layer = models.CharField(max_length=64, blank=True)
+    stage_detail = models.TextField(blank=True)
+    restarts = models.IntegerField(default=0)
+    scheduling_reasons = models.JSONField(default=dict, blank=True, help_text="Parsed FailedScheduling message.")
 
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("pod")
-        indexes = [*_kube_indexes("pod"), models.Index(fields=["cluster", "node_name"], name="inv_pod_node")]
+        indexes = [
+            *_kube_indexes("pod"),
+            models.Index(fields=["cluster", "node_name"], name="inv_pod_node"),
+            models.Index(fields=["cluster"], condition=Q(accelerator=True, deleted_at__isnull=True),
+                         name="inv_pod_accel"),
+        ]
 
 
 class ResourceQuota(KubeObject):

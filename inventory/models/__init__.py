@@ -1,0 +1,45 @@
+"""Inventory models: mirrored Kubernetes objects (synced.py) and what is derived from them (derived.py)."""
+
+from inventory.models.derived import AllocationInterval, ClaimAllocation, Device, Finding, Health, Mode, Path
+from inventory.models.synced import (
+    Cluster,
+    ClusterQuerySet,
+    DeviceClass,
+    Event,
+    KubeObject,
+    KubeObjectQuerySet,
+    Namespace,
+    Node,
+    Pod,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceQuota,
+    ResourceSlice,
+    SyncIssue,
+    SyncState,
+)
+
+__all__ = [
+    "AllocationInterval",
+    "ClaimAllocation",
+    "Cluster",
+    "ClusterQuerySet",
+    "Device",
+    "DeviceClass",
+    "Event",
+    "Finding",
+    "Health",
+    "KubeObject",
+    "KubeObjectQuerySet",
+    "Mode",
+    "Namespace",
+    "Node",
+    "Path",
+    "Pod",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "ResourceQuota",
+    "ResourceSlice",
+    "SyncIssue",
+    "SyncState",
+]
