@@ -1,6 +1,6 @@
 """Scenario layer of kubesim: expand a declarative YAML scenario into Kubernetes objects.
 
-``load_scenario("demo" | "large" | "empty" | path | dict, seed=0)`` returns a list of complete, JSON-able
+``load_scenario("demo" | "large" | "empty" | "upstream" | path | dict, seed=0)`` returns a list of complete, JSON-able
 Kubernetes objects (Namespaces, DeviceClasses, Nodes, ResourceSlices, ResourceQuotas, ResourceClaimTemplates,
 ResourceClaims, Pods, Events, in that order). The output is deterministic for a given scenario and seed.
 The format is documented in ``docs/kubesim-scenarios.md``.
@@ -24,7 +24,7 @@ import yaml
 __all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity"]
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
-BUILTIN_SCENARIOS = ("demo", "large", "empty")
+BUILTIN_SCENARIOS = ("demo", "large", "empty", "upstream")
 EPOCH = datetime(2026, 1, 15, 8, 0, 0, tzinfo=UTC)
 DRIVER = "gpu.nvidia.com"
 POOL_LABEL = "kubesim.io/node-pool"
@@ -32,6 +32,17 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
+OBJECT_KIND_ORDER = (
+    "Namespace",
+    "DeviceClass",
+    "Node",
+    "ResourceSlice",
+    "ResourceQuota",
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+    "Pod",
+    "Event",
+)
 ALL_MODE_QUOTA = 32  # AllocationResultsMaxSize, what quota charges for allocationMode All
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -290,6 +301,7 @@ class Device:
     attrs: dict[str, Any]  # flat attribute values used for matching
     consumes: dict[str, dict[str, int]]  # counterSet -> counter -> amount
     allocated: bool = False
+    tainted: bool = False  # NoSchedule/NoExecute device taint: claims (which carry no tolerations) cannot use it
 
 
 @dataclass
@@ -309,6 +321,7 @@ class NodeState:
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     pod_count: int = 0
     pod_ip_seq: int = 1
+    incomplete: bool = False  # the node's DRA pool publishes fewer slices than resourceSliceCount
 
 
 @dataclass
@@ -635,8 +648,36 @@ class _Builder:
             base["renameByDefault"] = bool(sharing.get("renameByDefault", False))
         if mode == "dra":
             dra = pool.get("dra") or {}
-            _check_keys(dra, {"slicesPerNode", "migPartitions"}, f"{ctx}.dra")
+            _check_keys(
+                dra,
+                {
+                    "slicesPerNode",
+                    "migPartitions",
+                    "staleGeneration",
+                    "staleDriverVersion",
+                    "publishedSlices",
+                    "deviceTaints",
+                },
+                f"{ctx}.dra",
+            )
             base["slicesPerNode"] = _int(dra.get("slicesPerNode", 1), f"{ctx}.dra.slicesPerNode", 1)
+            stale = dra.get("staleGeneration", False)
+            if not isinstance(stale, bool):
+                raise ScenarioError(f"{ctx}.dra.staleGeneration: expected true or false")
+            base["staleGeneration"] = stale
+            base["staleDriverVersion"] = _semver(
+                str(dra.get("staleDriverVersion", "535.183.06")), f"{ctx}.dra.staleDriverVersion"
+            )
+            published = dra.get("publishedSlices")
+            base["publishedSlices"] = None if published is None else _int(published, f"{ctx}.dra.publishedSlices", 1)
+            taints = []
+            for ti, t in enumerate(_list(dra, "deviceTaints", f"{ctx}.dra")):
+                tctx = f"{ctx}.dra.deviceTaints[{ti}]"
+                _check_keys(t, {"device", "key", "value", "effect"}, tctx, ("device", "key", "effect"))
+                if t["effect"] not in ("None", "NoSchedule", "NoExecute"):
+                    raise ScenarioError(f"{tctx}.effect: {t['effect']!r} is not one of None, NoSchedule, NoExecute")
+                taints.append({k: str(v) for k, v in t.items()})
+            base["deviceTaints"] = taints
             parts = dra.get("migPartitions")
             if parts and not base["migCapable"]:
                 raise ScenarioError(f"{ctx}.dra.migPartitions: model {model} is not MIG capable")
@@ -1005,39 +1046,82 @@ class _Builder:
                                 {f"gpu-{i}-counter-set": used},
                             )
                         )
-        limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if mig else MAX_DEVICES_PER_SLICE
+        by_name = {d["name"]: d for d in devices}
+        for t in gpu.get("deviceTaints") or ():
+            if t["device"] not in by_name:
+                raise ScenarioError(
+                    f"nodePools[{node.pool}].dra.deviceTaints: device {t['device']!r} does not exist on {node.name}"
+                )
+            taint = {k: v for k, v in t.items() if k != "device"}
+            taint["timeAdded"] = _ts(-86400 + node.index)
+            by_name[t["device"]].setdefault("taints", []).append(taint)
+        tainted = {
+            d["name"] for d in devices if any(t["effect"] in ("NoSchedule", "NoExecute") for t in d.get("taints", []))
+        }
+        for dev in node.devices:
+            dev.tainted = dev.name in tainted
+        limit = (
+            MAX_DEVICES_PER_SLICE_WITH_COUNTERS if mig or any("taints" in d for d in devices) else MAX_DEVICES_PER_SLICE
+        )
         per_slice = max(-(-len(devices) // gpu["slicesPerNode"]), 1)
         if per_slice > limit:
             raise ScenarioError(
                 f"nodePools[{node.pool}]: {len(devices)} devices per node need "
-                f"dra.slicesPerNode >= {-(-len(devices) // limit)} (max {limit} devices per slice)"
+                f"dra.slicesPerNode >= {-(-len(devices) // limit)} (max {limit} devices per slice"
+                f"{' with counters or taints' if limit == MAX_DEVICES_PER_SLICE_WITH_COUNTERS else ''})"
             )
         chunks = [devices[k : k + per_slice] for k in range(0, len(devices), per_slice)]
         bodies: list[dict] = ([{"sharedCounters": counter_sets}] if mig else []) + [{"devices": c} for c in chunks]
-        for k, body in enumerate(bodies):
-            sname = f"{node.name}-{DRIVER}-{_suffix(5, self.seed, 'slice', node.name, k)}"
-            self.slices.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {
-                        "name": sname,
-                        "generateName": f"{node.name}-{DRIVER}-",
-                        "uid": _uid(self.seed, "ResourceSlice", "", sname),
-                        "creationTimestamp": _ts(-30 * 86400 + node.index + 120),
-                        "generation": 1,
-                        "ownerReferences": [
-                            {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid, "controller": True}
-                        ],
-                    },
-                    "spec": {
-                        "driver": DRIVER,
-                        "nodeName": node.name,
-                        "pool": {"name": node.name, "generation": 1, "resourceSliceCount": len(bodies)},
-                        **body,
-                    },
-                }
-            )
+        published = gpu.get("publishedSlices")
+        if published is not None:
+            if published > len(bodies):
+                raise ScenarioError(
+                    f"nodePools[{node.pool}].dra.publishedSlices: {published} exceeds the pool's {len(bodies)} slices"
+                )
+            if published < len(bodies):
+                node.incomplete = True
+                hidden = {d["name"] for b in bodies[published:] for d in b.get("devices", [])}
+                node.devices = [d for d in node.devices if d.name not in hidden]
+        else:
+            published = len(bodies)
+        generation = 1
+        if gpu.get("staleGeneration"):
+            generation = 2
+            old_drv = gpu["staleDriverVersion"]
+            for k, body in enumerate(bodies):
+                old = copy.deepcopy(body)
+                for d in old.get("devices", []):
+                    d["attributes"]["driverVersion"] = {"version": old_drv}
+                    d.pop("taints", None)
+                self._emit_slice(node, f"old{k}", old, 1, len(bodies), -30 * 86400 + node.index + 120)
+        created = -30 * 86400 + node.index + 120 + (86400 * 29 if generation == 2 else 0)
+        for k, body in enumerate(bodies[:published]):
+            self._emit_slice(node, k, body, generation, len(bodies), created)
+
+    def _emit_slice(self, node: NodeState, key: Any, body: dict, generation: int, count: int, created: int) -> None:
+        sname = f"{node.name}-{DRIVER}-{_suffix(5, self.seed, 'slice', node.name, key)}"
+        self.slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "name": sname,
+                    "generateName": f"{node.name}-{DRIVER}-",
+                    "uid": _uid(self.seed, "ResourceSlice", "", sname),
+                    "creationTimestamp": _ts(created),
+                    "generation": 1,
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid, "controller": True}
+                    ],
+                },
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node.name,
+                    "pool": {"name": node.name, "generation": generation, "resourceSliceCount": count},
+                    **body,
+                },
+            }
+        )
 
     # ---------------------------------------------------------------- claims
     def _norm_requests(self, reqs: Any, ctx: str) -> list[dict]:
@@ -1185,7 +1269,9 @@ class _Builder:
                 continue
             results = []
             for req in claim.requests:
-                cands = [d for d in node.devices if self._device_matches(d, req)]
+                if req["mode"] == "All" and node.incomplete:
+                    return None  # "asks for all devices, but resource pool ... is currently being updated"
+                cands = [d for d in node.devices if not d.tainted and self._device_matches(d, req)]
                 if req["admin"]:
                     chosen = cands if req["mode"] == "All" else cands[: req["count"]]
                     if not chosen or (req["mode"] == "ExactCount" and len(chosen) < req["count"]):
@@ -2000,9 +2086,11 @@ class _Builder:
                 "claims",
                 "workloads",
                 "quotas",
+                "objects",
             },
             "scenario",
         )
+        raw = self.raw_objects()
         namespaces = self.build_namespaces()
         classes = self.build_device_classes()
         self.build_nodes()
@@ -2011,7 +2099,7 @@ class _Builder:
         self.build_workloads()
         quotas = self.build_quotas()
         claims = [self._claim_object(c) for c in self.claim_order]
-        return [
+        generated = [
             *namespaces,
             *classes,
             *self.node_objs,
@@ -2022,6 +2110,40 @@ class _Builder:
             *self.pods,
             *self.events,
         ]
+        if not raw:
+            return generated
+        seen = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in generated}
+        for ctx, o in raw:
+            key = (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+            if key in seen:
+                raise ScenarioError(f"{ctx}: duplicate {key[0]} {'/'.join(k for k in key[1:] if k)}")
+            seen.add(key)
+        # one stable merge: every kind's generated objects first, then its raw ones; unknown kinds last
+        rank = {k: i for i, k in enumerate(OBJECT_KIND_ORDER)}
+        merged = generated + [o for _, o in raw]
+        return sorted(merged, key=lambda o: rank.get(o["kind"], len(rank)))
+
+    # ---------------------------------------------------------------- raw objects
+    def raw_objects(self) -> list[tuple[str, dict]]:
+        """``objects:``: complete Kubernetes objects passed through (deep copies), uid/creationTimestamp filled in."""
+        out = []
+        for i, o in enumerate(_list(self.spec, "objects", "scenario")):
+            ctx = f"objects[{i}]"
+            if not isinstance(o, dict):
+                raise ScenarioError(f"{ctx}: expected a Kubernetes object (mapping), got {type(o).__name__}")
+            for key in ("apiVersion", "kind"):
+                if not isinstance(o.get(key), str) or not o[key]:
+                    raise ScenarioError(f"{ctx}: missing {key}")
+            meta = o.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise ScenarioError(f"{ctx} ({o['kind']}): missing metadata.name")
+            obj = copy.deepcopy(o)
+            meta = obj["metadata"]
+            ctx = f"{ctx} ({obj['kind']} {meta['name']})"
+            meta.setdefault("uid", _uid(self.seed, obj["kind"], str(meta.get("namespace", "")), meta["name"]))
+            meta.setdefault("creationTimestamp", _ts(-10 * 86400 + i * 60))
+            out.append((ctx, obj))
+        return out
 
 
 def _read(source: str | Path) -> dict:

@@ -1,0 +1,286 @@
+"""Derivation rules on hand-made objects, applied through the real watch-batch path (`_apply_events`)."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from inventory.k8s.types import WatchEvent
+from inventory.leases import Lease, lease_backend
+from inventory.models import AllocationInterval, Cluster, Device, Finding, Health, Mode
+from inventory.overview import accelerator_overview
+from inventory.services.derive import derive_cluster
+from inventory.services.sync import _apply_events, sync_state_for
+
+_rv = itertools.count(100)
+
+
+def meta(name: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
+    out = {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{namespace}/{name}")),
+           "resourceVersion": str(next(_rv)), "creationTimestamp": "2026-01-01T00:00:00Z", **extra}
+    if namespace:
+        out["namespace"] = namespace
+    return out
+
+
+def node(name: str, *, capacity: dict[str, str] | None = None, allocatable: dict[str, str] | None = None,
+         labels: dict[str, str] | None = None, unschedulable: bool = False) -> dict[str, Any]:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **(capacity or {})}
+    return {"metadata": meta(name, labels=labels or {}), "spec": {"unschedulable": unschedulable},
+            "status": {"capacity": capacity, "allocatable": {**capacity, **(allocatable or {})},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(name: str, node_name: str, limits: dict[str, str], *, phase: str = "Running", namespace: str = "team-a",
+        deleted: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "phase": phase, "startTime": "2026-01-01T01:00:00Z",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:59:00Z"}],
+    }
+    if phase in ("Succeeded", "Failed"):
+        status["containerStatuses"] = [{"name": "main", "restartCount": 0, "state": {"terminated": {
+            "exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T01:00:00Z",
+            "finishedAt": "2026-01-01T03:00:00Z"}}}]
+    extra = {"deletionTimestamp": "2026-01-01T05:00:00Z"} if deleted else {}
+    return {"metadata": meta(name, namespace, **extra),
+            "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "x",
+                                                            "resources": {"limits": limits}}]},
+            "status": status}
+
+
+def gpu_device(name: str, **attrs: Any) -> dict[str, Any]:
+    attributes = {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                  "uuid": {"string": f"GPU-{name}"}, "cudaComputeCapability": {"version": "9.0.0"},
+                  "driverVersion": {"version": "570.124.6"}}
+    attributes.update({k: v for k, v in attrs.items() if k != "capacity"})
+    return {"name": name, "attributes": attributes,
+            "capacity": attrs.get("capacity", {"memory": {"value": "81559Mi"}})}
+
+
+def resource_slice(name: str, pool: str, *, generation: int = 1, count: int = 1, node_name: str = "",
+                   devices: list[dict[str, Any]] | None = None, counters: list[dict[str, Any]] | None = None,
+                   driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+    spec: dict[str, Any] = {"driver": driver, "pool": {"name": pool, "generation": generation,
+                                                       "resourceSliceCount": count}}
+    if node_name:
+        spec["nodeName"] = node_name
+    else:
+        spec["allNodes"] = True
+    if counters is not None:
+        spec["sharedCounters"] = counters
+    else:
+        spec["devices"] = devices or []
+    return {"metadata": meta(name), "spec": spec}
+
+
+def claim(name: str, results: list[tuple[str, str, str]], *, admin: bool = False, namespace: str = "team-a",
+          reserved: list[str] = ()) -> dict[str, Any]:
+    return {"metadata": meta(name, namespace),
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": d, "pool": p, "device": dev, **({"adminAccess": True} if admin else {})}
+                for d, p, dev in results]}, "allocationTimestamp": "2026-01-02T00:00:00Z"},
+                "reservedFor": [{"resource": "pods", "name": r, "uid": f"uid-{r}"} for r in reserved]}}
+
+
+GFD_H100 = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.family": "hopper",
+            "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
+            "nvidia.com/cuda.driver-version.full": "570.124.06", "nvidia.com/cuda.runtime-version.full": "12.8"}
+
+
+@pytest.fixture
+def cluster(db: None) -> Cluster:
+    redis.Redis.from_url("redis://127.0.0.1:6379/15").flushdb()
+    return Cluster.objects.create(name="c1", kubeconfig="clusters: []")
+
+
+@pytest.fixture
+def apply(cluster: Cluster):
+    leases: dict[str, Lease] = {}
+
+    def _apply(kind: str, *objects: dict[str, Any], event: str = "ADDED") -> None:
+        if kind not in leases:
+            leases[kind] = lease_backend().acquire(sync_state_for(cluster_id=cluster.pk, kind=kind), 60)
+        _apply_events(cluster_id=cluster.pk, kind=kind, events=[WatchEvent(event, o) for o in objects],
+                      lease=leases[kind])
+
+    yield _apply
+    for lease in leases.values():
+        lease.release()
+
+
+def device(cluster: Cluster, key: str) -> Device:
+    return Device.objects.get(cluster=cluster, key=key)
+
+
+def findings(cluster: Cluster, kind: str) -> list[Finding]:
+    return list(Finding.objects.filter(cluster=cluster, kind=kind))
+
+
+def test_in_use_comes_from_pod_requests_not_capacity_minus_allocatable(cluster, apply) -> None:
+    apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "6"}, labels=GFD_H100))
+    apply("pods", pod("a", "n1", {"nvidia.com/gpu": "3"}), pod("done", "n1", {"nvidia.com/gpu": "4"},
+                                                                  phase="Succeeded"))
+    row = device(cluster, "node/n1/nvidia.com/gpu")
+    assert (row.capacity, row.allocatable, row.in_use, row.free, row.unhealthy) == (8, 6, 3, 3, 2)
+    assert row.health == Health.DEGRADED
+    assert (row.mode, row.model, row.cards, row.memory_mib, row.compute_capability) == (
+        Mode.WHOLE, "NVIDIA-H100-80GB-HBM3", 8.0, 81559, "9.0")
+    [finding] = findings(cluster, Finding.Kind.UNHEALTHY_DEVICES)
+    assert finding.evidence == {"resource": "nvidia.com/gpu", "capacity": 8, "allocatable": 6}
+
+    apply("pods", pod("a", "n1", {"nvidia.com/gpu": "3"}), event="DELETED")
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 0
+
+
+def test_time_slicing_replicas_are_units_not_cards(cluster, apply) -> None:
+    labels = {"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.count": "4",
+              "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    apply("nodes", node("t4", capacity={"nvidia.com/gpu": "16"}, labels=labels))
+    apply("pods", *[pod(f"p{i}", "t4", {"nvidia.com/gpu": "1"}) for i in range(5)])
+    row = device(cluster, "node/t4/nvidia.com/gpu")
+    assert (row.mode, row.model, row.units_per_card, row.cards) == (Mode.TIME_SLICING, "Tesla-T4", 4, 4.0)
+    assert (row.capacity, row.in_use, row.free) == (16, 5, 11)
+
+
+def test_mig_slices_belong_to_parent_cards_and_profiles_are_separate_units(cluster, apply) -> None:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "2",
+              "nvidia.com/mig-1g.10gb.count": "14", "nvidia.com/mig-1g.10gb.memory": "9984",
+              "nvidia.com/mig-3g.40gb.count": "4"}
+    apply("nodes", node("mig", capacity={"nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "4"},
+                        labels=labels))
+    apply("pods", pod("small", "mig", {"nvidia.com/mig-1g.10gb": "2"}))
+    small, large = device(cluster, "node/mig/nvidia.com/mig-1g.10gb"), device(cluster, "node/mig/nvidia.com/mig-3g.40gb")
+    assert (small.mode, small.mig_profile, small.units_per_card, small.cards, small.memory_mib) == (
+        Mode.MIG, "1g.10gb", 7, 2.0, 9984)
+    assert (small.in_use, small.free) == (2, 12)
+    assert (large.memory_mib, large.units_per_card, large.free) == (40 * 1024, 2, 4)
+    rows = {r.unit: r for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
+    assert set(rows) == {"nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"}  # never summed together
+
+
+def test_pool_rules_highest_generation_and_incomplete(cluster, apply) -> None:
+    apply("nodes", node("d1"))
+    old = resource_slice("old", "d1", generation=1, node_name="d1", devices=[gpu_device("gpu-0"), gpu_device("gpu-9")])
+    new_a = resource_slice("new-a", "d1", generation=2, count=2, node_name="d1", devices=[gpu_device("gpu-0")])
+    apply("resourceslices", old, new_a)
+    # generation 2 is current but only 1 of 2 slices is there: incomplete, nothing free, gpu-9 (gen 1) ignored
+    assert set(Device.objects.filter(cluster=cluster).values_list("key", flat=True)) == {"gpu.nvidia.com/d1/gpu-0"}
+    gpu0 = device(cluster, "gpu.nvidia.com/d1/gpu-0")
+    assert (gpu0.pool_complete, gpu0.free, gpu0.health, gpu0.pool_generation) == (False, 0, Health.UNKNOWN, 2)
+    assert findings(cluster, Finding.Kind.POOL_INCOMPLETE)[0].evidence["resourceSliceCount"] == 2
+    assert findings(cluster, Finding.Kind.POOL_STALE_GENERATION)
+
+    apply("resourceslices", resource_slice("new-b", "d1", generation=2, count=2, node_name="d1",
+                                           devices=[gpu_device("gpu-1")]))
+    assert {d.key: d.free for d in Device.objects.filter(cluster=cluster)} == {
+        "gpu.nvidia.com/d1/gpu-0": 1, "gpu.nvidia.com/d1/gpu-1": 1}
+    assert not findings(cluster, Finding.Kind.POOL_INCOMPLETE)
+    apply("resourceslices", old, event="DELETED")
+    assert not findings(cluster, Finding.Kind.POOL_STALE_GENERATION)
+
+
+def test_shared_counters_block_parent_and_sibling_partitions(cluster, apply) -> None:
+    apply("nodes", node("p1"))
+    counters = [{"name": "gpu-0-cs", "counters": {"memory": {"value": "80Gi"}}}]
+
+    def part(name: str, memory: str, profile: str) -> dict[str, Any]:
+        return {**gpu_device(name, type={"string": "mig"}, profile={"string": profile},
+                             parentUUID={"string": "GPU-0"}),
+                "consumesCounters": [{"counterSet": "gpu-0-cs", "counters": {"memory": {"value": memory}}}]}
+
+    full = {**gpu_device("gpu-0"), "consumesCounters": [{"counterSet": "gpu-0-cs",
+                                                         "counters": {"memory": {"value": "80Gi"}}}]}
+    apply("resourceslices",
+          resource_slice("counters", "p1", count=2, node_name="p1", counters=counters),
+          resource_slice("devices", "p1", count=2, node_name="p1",
+                         devices=[full, part("mig-a", "40Gi", "3g.40gb"), part("mig-b", "40Gi", "3g.40gb")]))
+    assert {d.device_name: d.free for d in Device.objects.filter(cluster=cluster)} == {
+        "gpu-0": 1, "mig-a": 1, "mig-b": 1}
+
+    apply("resourceclaims", claim("c-a", [("gpu.nvidia.com", "p1", "mig-a")]))
+    rows = {d.device_name: d for d in Device.objects.filter(cluster=cluster)}
+    assert (rows["mig-a"].in_use, rows["mig-a"].claim_name) == (1, "c-a")
+    assert rows["gpu-0"].free == 0  # the parent is not free
+    assert "mig-a" in rows["gpu-0"].blocked_by
+    assert rows["mig-b"].free == 1  # its sibling still fits in the remaining counter
+    overview = {r.mode: r for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
+    assert (overview[Mode.DRA_DEVICE].free, overview[Mode.DRA_PARTITION].free) == (0, 1)
+    assert overview[Mode.DRA_PARTITION].cards == 1  # one physical card behind both partitions
+
+
+def test_admin_access_does_not_consume_the_device(cluster, apply) -> None:
+    apply("nodes", node("a1"))
+    apply("resourceslices", resource_slice("s", "a1", node_name="a1", devices=[gpu_device("gpu-0")]))
+    apply("resourceclaims", claim("monitor", [("gpu.nvidia.com", "a1", "gpu-0")], admin=True, reserved=["dcgm"]))
+    row = device(cluster, "gpu.nvidia.com/a1/gpu-0")
+    assert (row.in_use, row.free, row.admin_access, row.claim_name) == (0, 1, True, "monitor")
+    assert row.reserved_for == [{"name": "dcgm", "uid": "uid-dcgm", "resource": "pods"}]
+
+
+def test_device_taints_make_a_device_unhealthy(cluster, apply) -> None:
+    apply("nodes", node("t1"))
+    tainted = {**gpu_device("gpu-0"), "taints": [{"key": "ecc", "value": "x", "effect": "NoSchedule"}]}
+    apply("resourceslices", resource_slice("s", "t1", node_name="t1", devices=[tainted]))
+    row = device(cluster, "gpu.nvidia.com/t1/gpu-0")
+    assert (row.free, row.unhealthy, row.health) == (0, 1, Health.UNHEALTHY)
+    assert findings(cluster, Finding.Kind.DEVICE_TAINTED)
+
+
+def test_plugin_missing_double_counting_and_gfd_mismatch(cluster, apply) -> None:
+    apply("nodes", node("missing", labels=GFD_H100),
+          node("double", capacity={"nvidia.com/gpu": "8"}, labels=GFD_H100),
+          node("dra-only", labels={**GFD_H100, "nvidia.com/gpu.count": "1"}))
+    apply("resourceslices",
+          resource_slice("s-double", "double", node_name="double", devices=[gpu_device("gpu-0")]),
+          resource_slice("s-dra", "dra-only", node_name="dra-only", devices=[gpu_device(
+              "gpu-0", productName={"string": "NVIDIA A100-SXM4-40GB"}, capacity={"memory": {"value": "40Gi"}})]))
+    [missing] = findings(cluster, Finding.Kind.PLUGIN_MISSING)
+    assert missing.node_name == "missing"
+    assert missing.evidence["gpu_labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    [double] = findings(cluster, Finding.Kind.DOUBLE_COUNTING)
+    assert double.node_name == "double"
+    assert double.evidence == {"device_plugin": {"nvidia.com/gpu": "8"}, "dra_devices": ["gpu.nvidia.com/double/gpu-0"]}
+    mismatches = {f.node_name: f.evidence["mismatches"] for f in findings(cluster, Finding.Kind.GFD_DRA_MISMATCH)}
+    assert set(mismatches["dra-only"]) == {"model", "memory_mib"}
+    assert "gpu_count" in mismatches["double"]  # 8 cards labelled, 1 DRA device: the rest are not published
+
+    apply("nodes", node("missing", labels=GFD_H100), event="DELETED")
+    assert not findings(cluster, Finding.Kind.PLUGIN_MISSING)
+
+
+def test_allocation_intervals_from_object_timestamps(cluster, apply) -> None:
+    apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}))
+    running, finished = pod("run", "n1", {"nvidia.com/gpu": "2"}), pod("fin", "n1", {"nvidia.com/gpu": "1"},
+                                                                       phase="Succeeded")
+    apply("pods", running, finished)
+    intervals = {i.name: i for i in AllocationInterval.objects.filter(cluster=cluster)}
+    assert intervals["run"].started_at.isoformat() == "2026-01-01T00:59:00+00:00"
+    assert intervals["run"].ended_at is None
+    assert intervals["run"].quantity == 2
+    assert intervals["fin"].ended_at.isoformat() == "2026-01-01T03:00:00+00:00"
+
+    apply("pods", pod("run", "n1", {"nvidia.com/gpu": "2"}, deleted=True), event="DELETED")
+    ended = AllocationInterval.objects.get(cluster=cluster, name="run").ended_at
+    assert ended.isoformat() == "2026-01-01T05:00:00+00:00"  # from deletionTimestamp, right across downtime
+
+    apply("resourceslices", resource_slice("s", "n1", node_name="n1", devices=[gpu_device("gpu-0")]))
+    apply("resourceclaims", claim("c", [("gpu.nvidia.com", "n1", "gpu-0")]))
+    interval = AllocationInterval.objects.get(cluster=cluster, holder_kind="claim")
+    assert (interval.resource, interval.started_at.isoformat()) == ("gpu.nvidia.com/n1/gpu-0",
+                                                                   "2026-01-02T00:00:00+00:00")
+
+
+def test_incremental_equals_from_scratch_for_handmade_cluster(cluster, apply) -> None:
+    apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, labels=GFD_H100), node("d1", labels=GFD_H100))
+    apply("pods", pod("a", "n1", {"nvidia.com/gpu": "3"}))
+    apply("resourceslices", resource_slice("s", "d1", node_name="d1", devices=[gpu_device("gpu-0")]))
+    apply("resourceclaims", claim("c", [("gpu.nvidia.com", "d1", "gpu-0")]))
+    before = sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "health"))
+    derive_cluster(cluster_id=cluster.pk)
+    assert sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "health")) == before
