@@ -128,6 +128,7 @@ class Finding(models.Model):
         GFD_DRA_MISMATCH = "gfd-dra-mismatch", "GPU feature discovery labels disagree with DRA attributes"
         POOL_INCOMPLETE = "pool-incomplete", "DRA pool incomplete (fewer slices than resourceSliceCount)"
         POOL_STALE_GENERATION = "pool-stale-generation", "DRA pool mid-update (older generation still published)"
+        POOL_DUPLICATE_DEVICE = "pool-duplicate-device", "DRA pool publishes the same device name twice"
         DEVICE_TAINTED = "device-tainted", "DRA device tainted"
         OVERCOMMITTED = "overcommitted", "Pods request more than the node's allocatable"
 

@@ -300,6 +300,7 @@ class _PoolState:
     expected: int
     current: list[dict[str, Any]]
     stale: list[dict[str, Any]]
+    duplicates: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -332,6 +333,7 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
     driver, pool = state.driver, state.pool
     counters: dict[tuple[str, str], int] = {}
     devices: list[tuple[dict[str, Any], str]] = []
+    seen: set[str] = set()
     for slice_row in state.current:
         spec = slice_row["raw"].get("spec") or {}
         for counter_set in spec.get("sharedCounters") or []:
@@ -341,6 +343,10 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
                 counters[(str(counter_set.get("name")), str(counter))] = _int((value or {}).get("value"))
         for device in spec.get("devices") or []:
             if isinstance(device, dict) and isinstance(device.get("name"), str):
+                if device["name"] in seen:  # invalid pool; the first slice (by name) wins, a finding says so
+                    state.duplicates.append(f"{device['name']} (again in {slice_row['name']})")
+                    continue
+                seen.add(device["name"])
                 devices.append((device, str(device.get("nodeName") or slice_row["node_name"] or "")))
 
     by_device: dict[str, list[ClaimAllocation]] = defaultdict(list)
@@ -436,6 +442,13 @@ def _pool_findings(cluster_id: int, state: _PoolState, devices: list[Device]) ->
             f"{len(state.stale)} slice(s) of older generations are ignored",
             {"current_generation": state.generation,
              "stale_slices": sorted({f"{r['name']} (generation {r['pool_generation']})" for r in state.stale})},
+        ))
+    if state.duplicates:
+        out.append(_finding(
+            cluster_id, Finding.Kind.POOL_DUPLICATE_DEVICE, Finding.Severity.ERROR, scope, f"{scope}/duplicates", "",
+            f"pool {state.driver}/{state.pool} generation {state.generation} publishes {len(state.duplicates)} "
+            "device name(s) more than once; only the first is counted",
+            {"duplicates": sorted(state.duplicates)},
         ))
     for device in devices:
         if device.taints:

@@ -1,0 +1,171 @@
+"""Accelerator inventory pages: overview, free capacity, node device panel, device detail, pending pods, findings.
+
+Read-only and thin: filtering lives in inventory.inventory_filtersets, aggregation in inventory.overview, the
+sensitive-field rule in inventory.redaction.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+from typing import Any
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.db.models import Case, QuerySet, Value, When
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, render
+from django.views import View
+from django.views.generic import DetailView, TemplateView
+from django_filters.views import FilterView
+
+from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
+from inventory.models import Device, Finding, Node, Path, Pod
+from inventory.overview import accelerator_overview
+from inventory.redaction import REDACTED, can_see_sensitive, redact_attributes, redact_tree, redact_value
+from inventory.views import HtmxPartialMixin
+
+# Columns the list pages render; the JSON detail columns stay in the database.
+DEVICE_LIST_DEFER = ("attributes", "capacities", "consumes_counters", "taints", "reserved_for", "cluster__kubeconfig")
+NODE_PODS_SCANNED = 2000
+SEVERITY_ORDER = (Finding.Severity.ERROR, Finding.Severity.WARNING, Finding.Severity.INFO)
+
+
+class OverviewView(LoginRequiredMixin, HtmxPartialMixin, TemplateView):
+    template_name = "inventory/overview.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        rows = accelerator_overview()
+        context["clusters"] = [(name, list(group)) for name, group in groupby(rows, key=lambda r: r.cluster)]
+        return context
+
+
+class CapacityView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
+    """Where is free capacity: devices of both paths, filtered; most free first."""
+
+    model = Device
+    filterset_class = DeviceFilterSet
+    template_name = "inventory/capacity.html"
+    paginate_by = 50
+
+    def get_queryset(self) -> QuerySet[Device]:
+        return (
+            Device.objects.select_related("cluster")
+            .defer(*DEVICE_LIST_DEFER)
+            .order_by("cluster__name", "node_name", "unit", "key")
+        )
+
+
+class NodeDevicesView(LoginRequiredMixin, View):
+    """The node page's lazily loaded panel: that node's devices (both paths) with usage and holder claims."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        node = get_object_or_404(Node.objects.only("pk", "cluster_id", "name"), pk=pk)
+        devices = (
+            Device.objects.filter(cluster_id=node.cluster_id, node_name=node.name)
+            .defer("attributes", "capacities", "consumes_counters", "taints")
+            .order_by("path", "unit", "key")
+        )
+        return render(request, "inventory/_node_devices.html", {"node": node, "devices": devices})
+
+
+def typed_value(value: Any) -> tuple[str, str]:
+    """A DRA attribute/capacity value ``{"string": "x"}`` / ``{"value": "80Gi"}`` as (type, text)."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((kind, inner),) = value.items()
+        return str(kind), str(inner)
+    return ("" if value == REDACTED else type(value).__name__), str(value)
+
+
+class DeviceDetailView(LoginRequiredMixin, DetailView):
+    model = Device
+    template_name = "inventory/device_detail.html"
+    context_object_name = "device"
+
+    def get_queryset(self) -> QuerySet[Device]:
+        return Device.objects.select_related("cluster").defer("cluster__kubeconfig")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        device: Device = self.object
+        user = self.request.user
+        context["sensitive_visible"] = can_see_sensitive(user)
+        context["attributes"] = [
+            (k, *typed_value(v)) for k, v in sorted(redact_attributes(device.attributes, user).items())
+        ]
+        context["capacities"] = [
+            (k, *typed_value(v)) for k, v in sorted(redact_attributes(device.capacities, user).items())
+        ]
+        context["consumes_counters"] = redact_tree(device.consumes_counters, user)
+        context["parent"] = redact_value("parent", device.parent, user)
+        if device.path == Path.DEVICE_PLUGIN:
+            context["pods"] = device_plugin_pods(device)
+        return context
+
+
+def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
+    """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too)."""
+    pods = (
+        Pod.objects.live()
+        .filter(cluster_id=device.cluster_id, node_name=device.node_name, accelerator=True)
+        .only("pk", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
+        .order_by("namespace", "name")[:NODE_PODS_SCANNED]
+    )
+    out = []
+    for pod in pods:
+        requests = pod.extended_requests if isinstance(pod.extended_requests, dict) else {}
+        if device.resource_name in requests:
+            out.append((pod, requests[device.resource_name]))
+    return out
+
+
+class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
+    """Accelerator pods that do not run: unscheduled (default), bound but not started, failed after start."""
+
+    model = Pod
+    filterset_class = PodFilterSet
+    template_name = "inventory/pending_pods.html"
+    paginate_by = 50
+
+    def get_filterset_kwargs(self, filterset_class: type[PodFilterSet]) -> dict[str, Any]:
+        kwargs = super().get_filterset_kwargs(filterset_class)
+        data = kwargs["data"].copy() if kwargs["data"] is not None else QueryDict(mutable=True)
+        if data.get("stage") not in {value for value, _label in PENDING_STAGES}:
+            data["stage"] = PENDING_STAGES[0][0]  # the page only shows pods that do not run
+        kwargs["data"] = data
+        return kwargs
+
+    def get_queryset(self) -> QuerySet[Pod]:
+        return (
+            Pod.objects.live()
+            .filter(accelerator=True)
+            .select_related("cluster")
+            .defer("raw", "labels", "cluster__kubeconfig")
+            .order_by("k8s_created_at", "namespace", "name", "pk")
+        )
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["stages"] = PENDING_STAGES
+        context["stage"] = self.filterset.form.cleaned_data.get("stage") if self.filterset.is_bound else ""
+        return context
+
+
+class FindingListView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
+    model = Finding
+    filterset_class = FindingFilterSet
+    template_name = "inventory/findings.html"
+    paginate_by = 50
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        severity_rank = Case(*(When(severity=s, then=Value(i)) for i, s in enumerate(SEVERITY_ORDER)), default=Value(9))
+        return (
+            Finding.objects.select_related("cluster")
+            .defer("cluster__kubeconfig")
+            .order_by("cluster__name", severity_rank, "kind", "subject", "pk")
+        )
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = self.request.user
+        context["findings"] = [(f, redact_tree(f.evidence, user)) for f in context["page_obj"]]
+        return context

@@ -1,0 +1,223 @@
+"""factory_boy factories for the derived accelerator inventory (Device, Finding) and accelerator pods."""
+
+from __future__ import annotations
+
+import factory
+from django.utils import timezone
+
+from inventory.models import Device, DeviceClass, Finding, Health, Mode, Path, ResourceClaim, ResourceSlice
+from tests.inventory.factories import ClusterFactory, PodFactory
+
+GPU_UUID = "GPU-5e5a6d2c-1b1e-4c2b-9f41-0123456789ab"
+PCI_BUS_ID = "0000:18:00.0"
+
+
+class PluginDeviceFactory(factory.django.DjangoModelFactory):
+    """One (node, extended resource) row of the device-plugin path: 8 whole H100 cards, 2 in use."""
+
+    class Meta:
+        model = Device
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n:03d}")
+    resource_name = "nvidia.com/gpu"
+    unit = factory.LazyAttribute(lambda o: o.resource_name)
+    key = factory.LazyAttribute(lambda o: f"node/{o.node_name}/{o.resource_name}")
+    path = Path.DEVICE_PLUGIN
+    mode = Mode.WHOLE
+    node_pool = "h100-pool"
+    node_schedulable = True
+    model = "NVIDIA-H100-80GB-HBM3"
+    memory_mib = 81559
+    architecture = "hopper"
+    compute_capability = "9.0"
+    units_per_card = 1
+    cards = factory.LazyAttribute(lambda o: o.capacity / o.units_per_card)
+    capacity = 8
+    allocatable = 8
+    in_use = 2
+    free = factory.LazyAttribute(lambda o: max(0, o.allocatable - o.in_use))
+    unhealthy = factory.LazyAttribute(lambda o: o.capacity - o.allocatable)
+    health = Health.OK
+
+
+class TimeSlicedDeviceFactory(PluginDeviceFactory):
+    """4 T4 cards shared by time-slicing, 4 replicas per card = 16 units."""
+
+    mode = Mode.TIME_SLICING
+    model = "Tesla-T4"
+    memory_mib = 15360
+    node_pool = "t4-pool"
+    units_per_card = 4
+    capacity = 16
+    allocatable = 16
+    in_use = 5
+
+
+class DraDeviceFactory(factory.django.DjangoModelFactory):
+    """One DRA device (a whole A100) of a complete pool, unheld."""
+
+    class Meta:
+        model = Device
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"dra-node-{n:03d}")
+    driver = "gpu.nvidia.com"
+    pool = factory.LazyAttribute(lambda o: o.node_name)
+    device_name = factory.Sequence(lambda n: f"gpu-{n}")
+    key = factory.LazyAttribute(lambda o: f"{o.driver}/{o.pool}/{o.device_name}")
+    unit = "gpu.nvidia.com gpu"
+    path = Path.DRA
+    mode = Mode.DRA_DEVICE
+    node_pool = "dra-pool"
+    model = "NVIDIA-A100-SXM4-80GB"
+    memory_mib = 81920
+    cards = 1.0
+    capacity = 1
+    allocatable = 1
+    in_use = 0
+    free = 1
+    health = Health.OK
+    pool_generation = 3
+    pool_complete = True
+    attributes = factory.LazyFunction(
+        lambda: {
+            "type": {"string": "gpu"},
+            "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+            "uuid": {"string": GPU_UUID},
+            "resource.kubernetes.io/pciBusID": {"string": PCI_BUS_ID},
+            "driverVersion": {"version": "570.124.6"},
+            "index": {"int": 0},
+        }
+    )
+    capacities = factory.LazyFunction(lambda: {"memory": {"value": "80Gi"}})
+
+
+class FindingFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Finding
+
+    cluster = factory.SubFactory(ClusterFactory)
+    kind = Finding.Kind.UNHEALTHY_DEVICES
+    severity = Finding.Severity.WARNING
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n:03d}")
+    scope = factory.LazyAttribute(lambda o: f"node/{o.node_name}")
+    subject = factory.LazyAttribute(lambda o: f"node/{o.node_name}/nvidia.com/gpu")
+    message = "1 of 8 nvidia.com/gpu units are unhealthy (allocatable 7 < capacity 8)."
+    evidence = factory.LazyFunction(lambda: {"capacity": 8, "allocatable": 7})
+
+
+class AcceleratorPodFactory(PodFactory):
+    """A GPU pod the scheduler could not place."""
+
+    accelerator = True
+    phase = "Pending"
+    scheduled = False
+    stage = "pending-unscheduled"
+    extended_requests = factory.LazyFunction(lambda: {"nvidia.com/gpu": 4})
+    scheduling_message = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    scheduling_reasons = factory.LazyFunction(
+        lambda: {
+            "parsed": True,
+            "total_nodes": 3,
+            "reasons": [
+                {
+                    "count": 1,
+                    "reason": "Insufficient nvidia.com/gpu",
+                    "category": "insufficient-resource",
+                    "resource": "nvidia.com/gpu",
+                    "taint": "",
+                },
+                {
+                    "count": 2,
+                    "reason": "node(s) didn't match Pod's node affinity/selector",
+                    "category": "node-affinity",
+                    "resource": "",
+                    "taint": "",
+                },
+            ],
+            "prefilter_message": "",
+            "preemption_total": 3,
+            "preemption_reasons": [],
+            "postfilter": "",
+        }
+    )
+    k8s_created_at = factory.LazyFunction(timezone.now)
+
+
+class ResourceSliceFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ResourceSlice
+
+    cluster = factory.SubFactory(ClusterFactory)
+    uid = factory.Faker("uuid4")
+    name = factory.Sequence(lambda n: f"node-{n}-gpu.nvidia.com-abc")
+    resource_version = "1"
+    driver = "gpu.nvidia.com"
+    pool_name = factory.Sequence(lambda n: f"node-{n}")
+    pool_generation = 1
+    pool_slice_count = 1
+    node_name = factory.LazyAttribute(lambda o: o.pool_name)
+    device_count = 1
+    raw = factory.LazyAttribute(
+        lambda o: {
+            "kind": "ResourceSlice",
+            "metadata": {"name": o.name},
+            "spec": {
+                "driver": o.driver,
+                "nodeName": o.node_name,
+                "pool": {"name": o.pool_name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "attributes": {"uuid": {"string": GPU_UUID}, "productName": {"string": "NVIDIA A100"}},
+                    }
+                ],
+            },
+        }
+    )
+
+
+class DeviceClassFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = DeviceClass
+
+    cluster = factory.SubFactory(ClusterFactory)
+    uid = factory.Faker("uuid4")
+    name = factory.Sequence(lambda n: f"gpu-{n}.nvidia.com")
+    resource_version = "1"
+    extended_resource_name = ""
+    raw = factory.LazyAttribute(
+        lambda o: {
+            "kind": "DeviceClass",
+            "metadata": {"name": o.name},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }
+    )
+
+
+class ResourceClaimFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ResourceClaim
+
+    cluster = factory.SubFactory(ClusterFactory)
+    uid = factory.Faker("uuid4")
+    namespace = "team-ml"
+    name = factory.Sequence(lambda n: f"claim-{n}")
+    resource_version = "1"
+    allocated = True
+    reserved_for_count = 1
+    raw = factory.LazyAttribute(
+        lambda o: {
+            "kind": "ResourceClaim",
+            "metadata": {"name": o.name, "namespace": o.namespace},
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-1", "device": "gpu-0"}]
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "pod-uid-0"}],
+            },
+        }
+    )
