@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import random
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from .store import ApiError, now_ts
@@ -60,7 +61,10 @@ class Churn:
         self._thread = None
 
     def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
+        # Paced by absolute deadlines so the achieved rate matches the requested one despite the step's own time.
+        next_at = time.monotonic() + interval
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += interval
             try:
                 self.step()
             except ApiError:
@@ -111,10 +115,10 @@ class Churn:
 
     def _replace_pod(self, rng: random.Random) -> str | None:
         store = self._sim.store
-        pods = store.sorted_objects("pods")
+        pods = store.sample("pods", rng)
         if not pods:
             return None
-        victim = pods[rng.randrange(len(pods))].copy()
+        victim = pods[0].copy()
         meta = victim["metadata"]
         ns, name = meta.get("namespace", "default"), meta["name"]
         store.delete("pods", ns, name)
@@ -138,11 +142,11 @@ class Churn:
                 alloc[key] = str(int(str(alloc.get(key, "0"))) + 1)
                 store.update("nodes", node, subresource="status", check_rv=False)
                 return f"node {node_name} {key} restored"
-        nodes = store.sorted_objects("nodes")
+        nodes = store.sample("nodes", rng, k=5)
         if not nodes:
             return None
-        for _ in range(5):
-            node = nodes[rng.randrange(len(nodes))].copy()
+        for candidate in nodes:
+            node = candidate.copy()
             name = node["metadata"]["name"]
             key = _gpu_key(node)
             if key is None or any(n == name for n, _ in self._lowered):
@@ -167,10 +171,10 @@ class Churn:
                             d.pop("taints")
                 store.update("resourceslices", rs, check_rv=False)
                 return f"resourceslice {slice_name} device {dev} untainted"
-        slices = store.sorted_objects("resourceslices")
+        slices = store.sample("resourceslices", rng)
         if not slices:
             return None
-        rs = slices[rng.randrange(len(slices))].copy()
+        rs = slices[0].copy()
         devices = (rs.get("spec") or {}).get("devices") or []
         if not devices:
             return None

@@ -6,6 +6,7 @@ import base64
 import bisect
 import datetime as dt
 import queue
+import random
 import re
 import threading
 import time
@@ -262,6 +263,15 @@ class Store:
                 cached = [data[k] for k in sorted(data)]
                 self._sorted[plural] = cached
             return cached
+
+    def sample(self, plural: str, rng: random.Random, k: int = 1) -> list[StoredObject]:
+        """Up to k random stored objects of a kind, without sorting the kind (cheap at 20,000 objects)."""
+        with self.lock:
+            data = self._data[self._rt(plural).plural]
+            if not data:
+                return []
+            keys = list(data)
+            return [data[keys[rng.randrange(len(keys))]] for _ in range(k)]
 
     def get_stored(self, plural: str, namespace: str | None, name: str) -> StoredObject | None:
         rt = self._rt(plural)

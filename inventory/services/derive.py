@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from inventory.extract import parse_time
@@ -199,7 +199,7 @@ def claim_allocations_rebuild(*, cluster_id: int, claim_uids: set[str] | None) -
     pools: set[PoolKey] = set(existing.values_list("driver", "pool").distinct())
     existing.delete()
     rows: list[ClaimAllocation] = []
-    for claim in claims.filter(allocated=True).values("uid", "namespace", "name", "raw"):
+    for claim in claims.filter(allocated=True).values("uid", "namespace", "name", "raw").iterator(chunk_size=2000):
         rows.extend(_claim_allocation_rows(cluster_id, claim))
     ClaimAllocation.objects.bulk_create(rows, batch_size=1000)
     pools |= {(r.driver, r.pool) for r in rows}
@@ -603,11 +603,15 @@ def pod_intervals_derive(*, cluster_id: int, pod_uids: set[str] | None) -> None:
     if pod_uids is not None:
         pods = pods.filter(uid__in=pod_uids)
     rows = []
-    for pod in pods.values("uid", "namespace", "name", "node_name", "phase", "deleted_at", "extended_requests", "raw"):
-        started = _pod_bound_at(pod["raw"])
+    columns = ("uid", "namespace", "name", "node_name", "phase", "deleted_at", "extended_requests")
+    # Only the parts of the pod the timestamps come from, not the whole spec.
+    rows_iter = pods.values(*columns, status=F("raw__status"), metadata=F("raw__metadata")).iterator(chunk_size=2000)
+    for pod in rows_iter:
+        raw = {"status": pod["status"], "metadata": pod["metadata"] if isinstance(pod["metadata"], dict) else {}}
+        started = _pod_bound_at(raw)
         if started is None:
             continue
-        ended = _pod_ended_at(pod["raw"], pod["phase"], pod["deleted_at"])
+        ended = _pod_ended_at(raw, pod["phase"], pod["deleted_at"])
         if ended is not None and ended < started:
             ended = started
         for resource, quantity in sorted((pod["extended_requests"] or {}).items()):
@@ -626,7 +630,9 @@ def claim_intervals_derive(*, cluster_id: int, claim_uids: set[str] | None) -> N
     if claim_uids is not None:
         claims = claims.filter(uid__in=claim_uids)
     rows = []
-    for claim in claims.values("uid", "namespace", "name", "deleted_at", "raw", "k8s_created_at"):
+    for claim in claims.values("uid", "namespace", "name", "deleted_at", "raw", "k8s_created_at").iterator(
+        chunk_size=2000
+    ):
         raw = claim["raw"]
         status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
         allocation = status.get("allocation") if isinstance(status.get("allocation"), dict) else {}
