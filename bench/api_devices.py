@@ -93,6 +93,7 @@ def main() -> int:
            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}", "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
            "DJANGO_SECURE": "false", "REDIS_URL": "redis://127.0.0.1:6379/13", "PORTAL_LOG_LEVEL": "WARNING"}
     subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([PY, "manage.py", "derive"], cwd=ROOT, env=env, check=True)  # documents of the current code
     create_user = (
         "from django.contrib.auth.models import User;"
         "u, _ = User.objects.get_or_create(username='bench');"
@@ -101,7 +102,7 @@ def main() -> int:
     subprocess.run([PY, "manage.py", "shell", "-c", create_user], cwd=ROOT, env=env, check=True)
     count = subprocess.run(
         [PY, "manage.py", "shell", "-c", "from inventory.models import Device; print(Device.objects.count())"],
-        cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     if int(count or 0) < 1000:
         raise SystemExit(f"database {args.db} holds {count} devices: run bench/sync_large.py first")
 

@@ -74,6 +74,18 @@ class DeviceFilterSet(django_filters.FilterSet):
         return queryset.filter(in_use__gt=0) if value else queryset.filter(in_use__lte=0)
 
 
+class DeviceApiFilterSet(DeviceFilterSet):
+    """The API's device filters: same semantics, but model and pool are free text (exact match), so a request does
+    not scan the devices table for the select choices a browser form needs."""
+
+    model = django_filters.CharFilter(field_name="model")
+    pool = django_filters.CharFilter(field_name="node_pool", label="Node pool")
+    cluster = django_filters.NumberFilter(field_name="cluster_id", label="Cluster id")
+
+    class Meta(DeviceFilterSet.Meta):
+        pass
+
+
 PENDING_STAGES: list[tuple[str, str]] = [
     (Stage.PENDING_UNSCHEDULED.value, "Pending, not scheduled"),
     (Stage.BOUND_NOT_STARTED.value, "Bound, not started"),

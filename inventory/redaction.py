@@ -43,12 +43,16 @@ def redact_tree(value: Any, user: Any) -> Any:
     return _redact(value)
 
 
-def _redact(value: Any) -> Any:
+def redact_json(value: Any) -> Any:
+    """A copy of a JSON value with the values of sensitive keys (at any depth) replaced by REDACTED."""
     if isinstance(value, dict):
-        return {k: (REDACTED if is_sensitive_name(k) else _redact(v)) for k, v in value.items()}
+        return {k: (REDACTED if is_sensitive_name(k) else redact_json(v)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(item) for item in value]
+        return [redact_json(item) for item in value]
     return value
+
+
+_redact = redact_json
 
 
 def redact_attributes(attrs: Any, user: Any) -> dict[str, Any]:

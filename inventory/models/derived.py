@@ -12,6 +12,7 @@ from typing import Self
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 
 from inventory.models.synced import Cluster
 
@@ -97,7 +98,11 @@ class Device(models.Model):
     admin_access = models.BooleanField(default=False)
     share_id = models.CharField(max_length=64, blank=True)
     reserved_for = models.JSONField(default=list, blank=True, help_text="Pods using the holding claim.")
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(default=timezone.now, help_text="Set by the derivation that wrote the row.")
+    # The API representation, written with the row (inventory/representations.py): full, and with identifiers
+    # redacted for tenant roles.
+    api_document = models.TextField(blank=True, editable=False)
+    api_document_redacted = models.TextField(blank=True, editable=False)
 
     objects = DeviceQuerySet.as_manager()
 

@@ -42,6 +42,7 @@ from inventory.models import (
     ResourceClaim,
     ResourceSlice,
 )
+from inventory.representations import device_documents
 
 GPU_LABEL_PREFIX = "nvidia.com/"
 GPU_PRESENT_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
@@ -747,8 +748,16 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[Pool
         for driver, pool in pools:
             device_scope |= Q(path=Path.DRA, driver=driver, pool=pool)
             finding_scope |= Q(scope=f"pool/{driver}/{pool}")
-    _replace(Device, cluster_id, device_scope, devices, ["cluster", "key"], set())
+    _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
+
+
+def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
+    now = timezone.now()
+    for device in devices:
+        device.updated_at = now
+        device.api_document, device.api_document_redacted = device_documents(device)
+    _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set())
 
 
 def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
@@ -773,7 +782,7 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
     else:
         device_scope = Q(path=Path.DEVICE_PLUGIN, node_name__in=nodes)
         finding_scope = Q(scope__in=[f"node/{n}" for n in nodes])
-    _replace(Device, cluster_id, device_scope, devices, ["cluster", "key"], set())
+    _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
 
 

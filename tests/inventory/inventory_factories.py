@@ -6,13 +6,29 @@ import factory
 from django.utils import timezone
 
 from inventory.models import Device, DeviceClass, Finding, Health, Mode, Path, ResourceClaim, ResourceSlice
+from inventory.representations import device_documents
 from tests.inventory.factories import ClusterFactory, PodFactory
 
 GPU_UUID = "GPU-5e5a6d2c-1b1e-4c2b-9f41-0123456789ab"
 PCI_BUS_ID = "0000:18:00.0"
 
 
-class PluginDeviceFactory(factory.django.DjangoModelFactory):
+class _DeviceFactory(factory.django.DjangoModelFactory):
+    """Devices carry their API documents, as the derivation writes them."""
+
+    class Meta:
+        model = Device
+        abstract = True
+
+    @classmethod
+    def _create(cls, model_class: type[Device], *args: object, **kwargs: object) -> Device:
+        device = model_class(*args, **kwargs)
+        device.api_document, device.api_document_redacted = device_documents(device)
+        device.save()
+        return device
+
+
+class PluginDeviceFactory(_DeviceFactory):
     """One (node, extended resource) row of the device-plugin path: 8 whole H100 cards, 2 in use."""
 
     class Meta:
@@ -54,7 +70,7 @@ class TimeSlicedDeviceFactory(PluginDeviceFactory):
     in_use = 5
 
 
-class DraDeviceFactory(factory.django.DjangoModelFactory):
+class DraDeviceFactory(_DeviceFactory):
     """One DRA device (a whole A100) of a complete pool, unheld."""
 
     class Meta:
