@@ -7,9 +7,9 @@ from django.test import Client
 from django.urls import reverse
 
 from inventory.models import Device
+from portal.roles import Role
 from tests.conftest import make_user
 from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
-from portal.roles import Role
 
 
 @pytest.mark.parametrize("role", [Role.TENANT_MEMBER, Role.PLATFORM_ADMIN])
