@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from portal.roles import Role
+from django.conf import settings
 
 REDACTED = "redacted"
-PLATFORM_ROLES: tuple[Role, ...] = (Role.PLATFORM_ADMIN, Role.APPROVER, Role.SECURITY_APPROVER)
 _SENSITIVE_NAME = re.compile(r"uuid|serial|pcibusid|pcieroot", re.IGNORECASE)
 _CACHE_ATTR = "_portal_can_see_sensitive"
 
@@ -25,7 +24,8 @@ def can_see_sensitive(user: Any) -> bool:
         return False
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
-        cached = bool(user.is_superuser) or user.groups.filter(name__in=[r.value for r in PLATFORM_ROLES]).exists()
+        groups = settings.PORTAL_SENSITIVE_DATA_GROUPS  # inventory knows group names, not the portal's roles
+        cached = bool(user.is_superuser) or user.groups.filter(name__in=groups).exists()
         setattr(user, _CACHE_ATTR, cached)
     return cached
 

@@ -161,3 +161,12 @@ def test_no_missing_migrations() -> None:
     result = subprocess.run([PY, "manage.py", "makemigrations", "--check", "--dry-run"], cwd=ROOT,
                             capture_output=True, text=True, env=_env(DJANGO_SETTINGS_MODULE="portal.settings.test"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sensitive_data_groups_are_the_platform_roles() -> None:
+    from django.conf import settings
+
+    from portal.roles import Role
+
+    assert set(settings.PORTAL_SENSITIVE_DATA_GROUPS) == {
+        Role.PLATFORM_ADMIN.value, Role.APPROVER.value, Role.SECURITY_APPROVER.value}

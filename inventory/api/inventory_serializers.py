@@ -12,6 +12,7 @@ from rest_framework import serializers
 from inventory.api.serializers import ClusterRefSerializer
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
 from inventory.redaction import redact_attributes, redact_tree, redact_value
+from inventory.representations import DEVICE_DOCUMENT_FIELDS
 
 
 def _user(serializer: serializers.Serializer) -> Any:
@@ -38,52 +39,7 @@ class DeviceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Device
-        fields = [
-            "id",
-            "cluster",
-            "key",
-            "path",
-            "mode",
-            "unit",
-            "node_name",
-            "node_pool",
-            "node_schedulable",
-            "resource_name",
-            "driver",
-            "pool",
-            "device_name",
-            "pool_generation",
-            "pool_complete",
-            "model",
-            "memory_mib",
-            "architecture",
-            "compute_capability",
-            "driver_version",
-            "cuda_version",
-            "mig_profile",
-            "units_per_card",
-            "parent",
-            "cards",
-            "capacity",
-            "allocatable",
-            "in_use",
-            "free",
-            "unhealthy",
-            "health",
-            "attributes",
-            "capacities",
-            "consumes_counters",
-            "taints",
-            "blocked_by",
-            "claim_uid",
-            "claim_namespace",
-            "claim_name",
-            "request_name",
-            "admin_access",
-            "share_id",
-            "reserved_for",
-            "updated_at",
-        ]
+        fields = ["id", "cluster", *DEVICE_DOCUMENT_FIELDS]  # one list: the stored documents follow it too
         read_only_fields = fields
 
     @extend_schema_field(OpenApiTypes.OBJECT)

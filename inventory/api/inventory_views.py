@@ -12,6 +12,8 @@ from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.api.fast import NoCountLimitOffsetPagination, ORJSONRenderer
 from inventory.api.inventory_serializers import (
     AcceleratorPodSerializer,
     DeviceClassSerializer,
@@ -24,8 +26,6 @@ from inventory.inventory_filtersets import DeviceApiFilterSet, FindingFilterSet,
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
 from inventory.redaction import can_see_sensitive
 from inventory.representations import splice_documents
-from portal.api import PortalExceptionHandlerMixin
-from portal.api_fast import NoCountLimitOffsetPagination, ORJSONRenderer
 
 
 class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):

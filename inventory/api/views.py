@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import viewsets
 
+from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.serializers import ClusterSerializer, NodeSerializer
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node
-from portal.api import PortalExceptionHandlerMixin
 
 
 class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):

@@ -169,6 +169,10 @@ PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=30)
 PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
+# Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/roles.py.
+PORTAL_SENSITIVE_DATA_GROUPS = env.list(
+    "PORTAL_SENSITIVE_DATA_GROUPS", default=["platform-admin", "approver", "security-approver"]
+)
 # Node labels naming a node's pool, first match wins (managed Kubernetes flavours, Karpenter, the simulator).
 PORTAL_NODE_POOL_LABELS = env.list("PORTAL_NODE_POOL_LABELS", default=[
     "kubesim.io/node-pool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
