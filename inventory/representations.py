@@ -8,6 +8,7 @@ staler than the row; `id` and `cluster` are spliced in at read time.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -33,24 +34,34 @@ def _iso(value: Any) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text  # as DRF renders datetimes
 
 
+def device_content_hash(device: Any) -> str:
+    """Digest of everything the API shows except `updated_at`: derivation rewrites a row only when it changes."""
+    return hashlib.blake2b(orjson.dumps(_content(device)), digest_size=16).hexdigest()
+
+
 def device_documents(device: Any) -> tuple[str, str]:
     """(full, redacted) JSON documents of a Device instance, without `id` and `cluster`."""
-    full: dict[str, Any] = {}
-    for name in DEVICE_DOCUMENT_FIELDS:
-        value = getattr(device, name)
-        if name == "updated_at":
-            value = _iso(value)
-        elif name in ("attributes", "capacities") and not isinstance(value, dict):
-            value = {}
-        elif name == "consumes_counters" and not isinstance(value, list):
-            value = []
-        full[name] = value
+    full = {**_content(device), "updated_at": _iso(device.updated_at)}
     redacted = dict(full)
     for name in _REDACTED_FIELDS:
         redacted[name] = redact_json(full[name])
     if full["parent"] and is_sensitive_name("parent"):
         redacted["parent"] = REDACTED
     return orjson.dumps(full).decode(), orjson.dumps(redacted).decode()
+
+
+def _content(device: Any) -> dict[str, Any]:
+    full: dict[str, Any] = {}
+    for name in DEVICE_DOCUMENT_FIELDS:
+        if name == "updated_at":
+            continue
+        value = getattr(device, name)
+        if name in ("attributes", "capacities") and not isinstance(value, dict):
+            value = {}
+        elif name == "consumes_counters" and not isinstance(value, list):
+            value = []
+        full[name] = value
+    return full
 
 
 def splice_documents(rows: Any) -> list[str]:

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from inventory.fields import BulkTextField
 from inventory.models.synced import Cluster
 
 
@@ -98,11 +99,12 @@ class Device(models.Model):
     admin_access = models.BooleanField(default=False)
     share_id = models.CharField(max_length=64, blank=True)
     reserved_for = models.JSONField(default=list, blank=True, help_text="Pods using the holding claim.")
-    updated_at = models.DateTimeField(default=timezone.now, help_text="Set by the derivation that wrote the row.")
+    updated_at = models.DateTimeField(default=timezone.now, help_text="When the derivation last changed the row.")
     # The API representation, written with the row (inventory/representations.py): full, and with identifiers
     # redacted for tenant roles.
-    api_document = models.TextField(blank=True, editable=False)
-    api_document_redacted = models.TextField(blank=True, editable=False)
+    content_hash = models.CharField(max_length=32, blank=True, editable=False)
+    api_document = BulkTextField(blank=True, editable=False)
+    api_document_redacted = BulkTextField(blank=True, editable=False)
 
     objects = DeviceQuerySet.as_manager()
 

@@ -13,6 +13,8 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from inventory.fields import BulkJSONField
+
 
 class ClusterQuerySet(models.QuerySet["Cluster"]):
     def enabled(self) -> Self:
@@ -130,7 +132,7 @@ class KubeObject(models.Model):
     namespace = models.CharField(max_length=253, blank=True)
     resource_version = models.CharField(max_length=64)
     labels = models.JSONField(default=dict, blank=True)
-    raw = models.JSONField(help_text="The whole object as the cluster sent it (sanitised only for storage).")
+    raw = BulkJSONField(help_text="The whole object as the cluster sent it (sanitised only for storage).")
     k8s_created_at = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -42,7 +42,7 @@ from inventory.models import (
     ResourceClaim,
     ResourceSlice,
 )
-from inventory.representations import device_documents
+from inventory.representations import device_content_hash, device_documents
 
 GPU_LABEL_PREFIX = "nvidia.com/"
 GPU_PRESENT_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
@@ -668,9 +668,11 @@ def claim_intervals_derive(*, cluster_id: int, claim_uids: set[str] | None) -> N
 
 
 def _replace(model: type[Device] | type[Finding], cluster_id: int, scope_filter: Q, rows: list[Any],
-             unique: list[str], keep_fields: set[str]) -> None:
-    """Make the rows of `scope_filter` exactly `rows`: upsert them, delete the others."""
+             unique: list[str], keep_fields: set[str], write: list[Any] | None = None) -> None:
+    """Make the rows of `scope_filter` exactly `rows`: upsert them (or only `write`, the changed ones), delete
+    the others."""
     keys = {tuple(getattr(r, f) for f in unique if f != "cluster") for r in rows}
+    rows = rows if write is None else write
     existing = model.objects.filter(Q(cluster_id=cluster_id) & scope_filter)
     gone = [pk for pk, *key in existing.values_list("pk", *[f for f in unique if f != "cluster"])
             if tuple(key) not in keys]
@@ -753,11 +755,18 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[Pool
 
 
 def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
+    """Replace the devices of `scope`, writing only rows whose content changed (most rows of a batch do not)."""
     now = timezone.now()
+    current = dict(Device.objects.filter(Q(cluster_id=cluster_id) & scope).values_list("key", "content_hash"))
+    changed = []
     for device in devices:
+        device.content_hash = device_content_hash(device)
+        if current.get(device.key) == device.content_hash:
+            continue
         device.updated_at = now
         device.api_document, device.api_document_redacted = device_documents(device)
-    _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set())
+        changed.append(device)
+    _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set(), write=changed)
 
 
 def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
