@@ -20,8 +20,9 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 
+from inventory.choices import BLOCKING_TAINT_EFFECTS
 from inventory.models import Cluster, Node
-from inventory.selectors import BLOCKING_TAINT_EFFECTS, node_extended_resource_names
+from inventory.selectors import node_extended_resource_names
 
 
 def _taints_contain(item: dict[str, str]) -> Q:

@@ -40,7 +40,7 @@ def redact_tree(value: Any, user: Any) -> Any:
     """A copy of a JSON value with the values of sensitive keys (at any depth) replaced by REDACTED."""
     if can_see_sensitive(user):
         return value
-    return _redact(value)
+    return redact_json(value)
 
 
 def redact_json(value: Any) -> Any:
@@ -51,8 +51,6 @@ def redact_json(value: Any) -> Any:
         return [redact_json(item) for item in value]
     return value
 
-
-_redact = redact_json
 
 
 def redact_attributes(attrs: Any, user: Any) -> dict[str, Any]:

@@ -10,12 +10,11 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from inventory.choices import BLOCKING_TAINT_EFFECTS
 from inventory.k8s.quantity import parse_quantity
 from inventory.kinds import MODELS, SYNCED_KINDS
 from inventory.models import Cluster, Node, Pod, SyncState
 
-# Taint effects that keep ordinary pods (without a matching toleration) off a node.
-BLOCKING_TAINT_EFFECTS: tuple[str, ...] = ("NoSchedule", "NoExecute")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 

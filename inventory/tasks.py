@@ -19,7 +19,7 @@ from inventory.kinds import SYNCED_KINDS
 from inventory.leases import lease_backend
 from inventory.models import Cluster, SyncState
 from inventory.services.clients import client_for
-from inventory.services.sync import _record_error, kind_sync_window, sync_state_for
+from inventory.services.sync import kind_sync_window, sync_state_error_record, sync_state_for
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +84,11 @@ def watch_window_task(cluster_id: int, kind: str) -> str:
         outcome = f"lease lost: {exc}"
     except ClusterConfigError as exc:
         handover = False  # permanent until an admin fixes the cluster; beat retries
-        _record_error(state.pk, str(exc))
+        sync_state_error_record(state.pk, str(exc))
         outcome = f"config error: {exc}"
     except ClusterError as exc:
         handover = False
-        _record_error(state.pk, str(exc))
+        sync_state_error_record(state.pk, str(exc))
         outcome = f"cluster error: {exc}"
     finally:
         lease.release()

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -29,7 +29,7 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
-from inventory.k8s.types import KINDS, KindRef, ListPage, WatchEvent
+from inventory.k8s.types import KindRef, ListPage, WatchEvent
 
 logger = logging.getLogger(__name__)
 
@@ -297,15 +297,6 @@ class KubernetesClusterClient:
             remaining=remaining if isinstance(remaining, int) else None,
         )
 
-    def list_all(self, kind: KindRef, *, limit: int) -> Iterator[ListPage]:
-        token: str | None = None
-        while True:
-            page = self.list_page(kind, limit=limit, continue_token=token)
-            yield page
-            token = page.continue_token
-            if not token:
-                return
-
     def watch(self, kind: KindRef, *, resource_version: str, timeout_seconds: int) -> WatchStream:
         method = getattr(self._api(kind), kind.list_method)
         response = self._call(
@@ -323,7 +314,3 @@ class KubernetesClusterClient:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort on shutdown
             self._api_client.close()
-
-
-def kind(key: str) -> KindRef:
-    return KINDS[key]

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inventory.choices import BLOCKING_TAINT_EFFECTS
 from inventory.extract import parse_time
 from inventory.k8s.quantity import parse_quantity
 from inventory.models import (
@@ -50,7 +51,6 @@ TERMINAL_PHASES = {"Succeeded", "Failed"}
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)$")
 MIG_PROFILE_MEMORY = re.compile(r"^\d+g\.(?P<gb>\d+)gb$")
-BLOCKING_TAINT_EFFECTS = {"NoSchedule", "NoExecute"}
 
 PoolKey = tuple[str, str]  # (driver, pool)
 
@@ -465,8 +465,7 @@ def _pool_findings(cluster_id: int, state: _PoolState, devices: list[Device]) ->
 # ------------------------------------------------------------------------------------------------ node findings
 
 
-def _node_findings(cluster_id: int, node: dict[str, Any], plugin: list[Device], dra: list[Device],
-                   requested: dict[str, int]) -> list[Finding]:
+def _node_findings(cluster_id: int, node: dict[str, Any], plugin: list[Device], dra: list[Device]) -> list[Finding]:
     name = node["name"]
     scope = f"node/{name}"
     labels = node["labels"] or {}
@@ -785,7 +784,7 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
         node = node_rows[name]
         plugin = _plugin_devices(cluster_id, node, requested.get(name, {}))
         devices.extend(plugin)
-        findings.extend(_node_findings(cluster_id, node, plugin, dra_by_node.get(name, []), requested.get(name, {})))
+        findings.extend(_node_findings(cluster_id, node, plugin, dra_by_node.get(name, [])))
     if nodes is None:
         device_scope, finding_scope = Q(path=Path.DEVICE_PLUGIN), Q(scope__startswith="node/")
     else:
@@ -828,8 +827,6 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
             scope.claim_uids.add(row["uid"])
     return scope
 
-
-DERIVING_KINDS = {"nodes", "pods", "resourceslices", "resourceclaims"}
 SCOPE_COLUMNS = {
     "nodes": ("uid", "name"),
     "pods": ("uid", "node_name"),

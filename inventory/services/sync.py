@@ -34,7 +34,7 @@ from inventory.k8s.client import ClusterClient
 from inventory.k8s.types import WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
-from inventory.models import Cluster, KubeObject, SyncIssue, SyncState
+from inventory.models import KubeObject, SyncIssue, SyncState
 from inventory.services.derive import (
     SCOPE_COLUMNS,
     Scope,
@@ -255,7 +255,8 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     return resource_version
 
 
-def _record_error(state_id: int, message: str) -> None:
+def sync_state_error_record(state_id: int, message: str) -> None:
+    """Show a sync error on the (cluster, kind) state; never raises (the database may be the problem)."""
     try:
         SyncState.objects.filter(pk=state_id).update(last_error=message[:2000], last_error_at=timezone.now())
     except DatabaseError:
@@ -321,7 +322,7 @@ def kind_sync_window(
             SyncState.objects.filter(pk=lease.state_id).update(resource_version="", relists=F("relists") + 1)
         except ClusterUnreachableError as exc:
             result.errors.append(str(exc))
-            _record_error(lease.state_id, str(exc))
+            sync_state_error_record(lease.state_id, str(exc))
             pause(exc.retry_after if exc.retry_after is not None else backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
         except DB_TRANSIENT as exc:
@@ -333,7 +334,7 @@ def kind_sync_window(
             backoff = min(BACKOFF_MAX, backoff * 2)
         except IntegrityError as exc:  # should not happen; never let it spin the loop hot
             result.errors.append(str(exc)[:300])
-            _record_error(lease.state_id, str(exc))
+            sync_state_error_record(lease.state_id, str(exc))
             pause(backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
     return result
@@ -358,8 +359,3 @@ def cluster_sync_once(
     with transaction.atomic():
         derive_cluster(cluster_id=cluster_id)  # once, after every kind is in
     return results
-
-
-def cluster_live_uids(*, cluster: Cluster, kind: str) -> dict[str, str]:
-    """uid → resourceVersion of the live mirror rows (used by convergence checks and the admin)."""
-    return dict(MODELS[kind].objects.filter(cluster=cluster).live().values_list("uid", "resource_version"))
