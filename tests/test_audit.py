@@ -1,0 +1,64 @@
+"""The audit log: written only inside the change's transaction, append-only in PostgreSQL, hash-chained."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from audit.models import AuditEvent
+from audit.services import audit_record, audit_verify
+from tests.catalog.factories import OfferingFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_outside_a_transaction_is_refused(platform_admin) -> None:
+    offering = OfferingFactory(resource_name="nvidia.com/gpu")
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        audit_record(actor=platform_admin, verb="x", target=offering)
+    assert not AuditEvent.objects.exists()
+
+
+def test_chain_verifies_and_detects_tampering(platform_admin) -> None:
+    offering = OfferingFactory(resource_name="nvidia.com/gpu")
+    with transaction.atomic():
+        for n in range(3):
+            audit_record(actor=platform_admin, verb=f"test.{n}", target=offering, data={"n": n})
+    report = audit_verify()
+    assert report.intact
+    assert report.checked == 3
+    events = list(AuditEvent.objects.order_by("id"))
+    assert events[1].prev_hash == events[0].hash
+    # Tamper behind the application's back (the trigger must be bypassed to do so).
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER audit_event_no_update")
+        cursor.execute("UPDATE audit_auditevent SET data = '{\"n\": 99}' WHERE id = %s", [events[1].id])
+        cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER audit_event_no_update")
+    report = audit_verify()
+    assert not report.intact
+    assert report.first_bad_id == events[1].id
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE audit_auditevent SET verb = 'forged'",
+    "DELETE FROM audit_auditevent",
+])
+def test_database_refuses_update_and_delete(platform_admin, statement) -> None:
+    offering = OfferingFactory(resource_name="nvidia.com/gpu")
+    with transaction.atomic():
+        audit_record(actor=platform_admin, verb="test", target=offering)
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert AuditEvent.objects.get().verb == "test"
+
+
+def test_truncate_is_refused_without_the_test_only_setting(platform_admin) -> None:
+    offering = OfferingFactory(resource_name="nvidia.com/gpu")
+    with transaction.atomic():
+        audit_record(actor=platform_admin, verb="test", target=offering)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL audit.allow_truncate = 'off'")
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            cursor.execute("TRUNCATE audit_auditevent")
+    assert AuditEvent.objects.count() == 1
