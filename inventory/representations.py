@@ -20,7 +20,8 @@ DEVICE_DOCUMENT_FIELDS: tuple[str, ...] = (
     "key", "path", "mode", "unit", "node_name", "node_pool", "node_schedulable", "resource_name", "driver", "pool",
     "device_name", "pool_generation", "pool_complete", "model", "memory_mib", "architecture", "compute_capability",
     "driver_version", "cuda_version", "mig_profile", "units_per_card", "parent", "cards", "capacity", "allocatable",
-    "in_use", "free", "unhealthy", "health", "attributes", "capacities", "consumes_counters", "taints", "blocked_by",
+    "in_use", "free", "unhealthy", "health", "attributes", "capacities", "consumes_counters",
+    "allow_multiple_allocations", "taints", "blocked_by",
     "claim_uid", "claim_namespace", "claim_name", "request_name", "admin_access", "share_id", "reserved_for",
     "updated_at",
 )

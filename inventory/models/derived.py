@@ -90,6 +90,7 @@ class Device(models.Model):
     attributes = models.JSONField(default=dict, blank=True)
     capacities = models.JSONField(default=dict, blank=True)
     consumes_counters = models.JSONField(default=list, blank=True)
+    allow_multiple_allocations = models.BooleanField(default=False, help_text="DRA consumable capacity.")
     taints = models.JSONField(default=list, blank=True)
     blocked_by = models.CharField(max_length=300, blank=True, help_text="Why a DRA device is not free although unheld.")
     claim_uid = models.CharField(max_length=128, blank=True)

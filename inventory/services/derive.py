@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -44,6 +45,7 @@ from inventory.models import (
     ResourceSlice,
 )
 from inventory.representations import device_content_hash, device_documents
+from inventory.signals import devices_changed
 
 GPU_LABEL_PREFIX = "nvidia.com/"
 GPU_PRESENT_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
@@ -417,6 +419,7 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
             capacity=1, allocatable=0 if blocking else 1, in_use=in_use, free=free, unhealthy=unhealthy,
             health=health, attributes=attributes, capacities=capacities,
             consumes_counters=device.get("consumesCounters") or [], taints=taints, blocked_by=blocked_by[:300],
+            allow_multiple_allocations=device.get("allowMultipleAllocations") is True,
             claim_uid=holder.claim_uid if holder else "", claim_namespace=holder.namespace if holder else "",
             claim_name=holder.claim_name if holder else "", request_name=holder.request if holder else "",
             admin_access=bool(holder and holder.admin_access), share_id=holder.share_id if holder else "",
@@ -766,6 +769,8 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
         device.api_document, device.api_document_redacted = device_documents(device)
         changed.append(device)
     _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set(), write=changed)
+    if changed or set(current) - {d.key for d in devices}:
+        _announce(cluster_id)
 
 
 def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
@@ -792,6 +797,10 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
         finding_scope = Q(scope__in=[f"node/{n}" for n in nodes])
     _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
+
+
+def _announce(cluster_id: int) -> None:
+    transaction.on_commit(lambda: devices_changed.send(sender=Device, cluster_id=cluster_id))
 
 
 def derive_cluster(*, cluster_id: int) -> None:

@@ -66,6 +66,7 @@ DEVICE_FIELDS = {
     "attributes",
     "capacities",
     "consumes_counters",
+    "allow_multiple_allocations",
     "taints",
     "blocked_by",
     "claim_uid",
