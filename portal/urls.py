@@ -5,11 +5,13 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="inventory:node_list", permanent=False), name="home"),
+    path("", RedirectView.as_view(pattern_name="catalog:offering_list", permanent=False), name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("inventory/", include("inventory.urls")),
+    path("catalog/", include("catalog.urls")),
+    path("api/v1/catalog/", include("catalog.api.urls")),
     path("api/v1/", include("inventory.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "portal",
+    "audit",
     "inventory",
     "catalog",
 ]
@@ -161,7 +162,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inventory.watchers_ensure",
         "schedule": env.float("PORTAL_WATCHERS_ENSURE_SECONDS", default=10.0),
     },
+    # Catch-up and hourly history for the catalog's capacity (sync batches also trigger it, debounced).
+    "catalog-capacity-refresh": {
+        "task": "catalog.capacity_refresh",
+        "schedule": env.float("PORTAL_CAPACITY_REFRESH_SECONDS", default=900.0),
+    },
+    "catalog-offerings-retire-due": {"task": "catalog.offerings_retire_due", "schedule": 3600.0},
+    "catalog-discovery": {"task": "catalog.discovery_run", "schedule": 3600.0},
 }
+PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
 
 # Sync engine tuning.
 PORTAL_WATCH_WINDOW_SECONDS = env.int("PORTAL_WATCH_WINDOW_SECONDS", default=120)

@@ -77,12 +77,12 @@ def test_unknown_pk_is_404(client: Client, member: User, name: str) -> None:
     assert client.get(reverse(name, kwargs={"pk": 999_999})).status_code == 404
 
 
-def test_overview_is_the_first_nav_item(client: Client, member: User) -> None:
+def test_catalog_then_overview_lead_the_nav(client: Client, member: User) -> None:
     client.force_login(member)
     html = client.get(reverse("inventory:node_list")).content.decode()
     nav = html[html.index('<nav class="nav">') :]
-    first_link = nav[nav.index("<a href=") :].split('"')[1]
-    assert first_link == reverse("inventory:overview")
+    links = [chunk.split('"')[1] for chunk in nav.split("<a href=")[1:3]]
+    assert links == [reverse("catalog:offering_list"), reverse("inventory:overview")]
 
 
 # htmx partials ------------------------------------------------------------------------------------------------------

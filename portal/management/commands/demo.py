@@ -74,6 +74,8 @@ class Command(BaseCommand):
             call_command("demo_users")
             call_command("cluster_add", "demo", "--kubeconfig", str(kubeconfig), "--description", "kubesim demo")
             call_command("sync", "--cluster", "demo", "--once")
+            call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
+            call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
             celery = [python, "-m", "celery", "-A", "portal"]
             spawn(*celery, "worker", "-Q", "watch,default", "-P", "threads", "-c", "16", "--loglevel", "INFO",
                   "-n", "demo@%h")

@@ -1,0 +1,56 @@
+"""Load curated offerings (with a price and, optionally, a deprecation) from a YAML file through the services.
+
+Idempotent: offerings whose slug exists are left alone. Used by `make demo` with the demo scenario's offerings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from catalog.errors import OfferingValidationError
+from catalog.models import Offering
+from catalog.services.offerings import offering_create, offering_lifecycle_change, price_set
+
+DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo_offerings.yaml"
+
+
+class Command(BaseCommand):
+    help = "Create curated offerings from a YAML list (default: the demo scenario's)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--file", type=Path, default=DEMO)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        entries = yaml.safe_load(options["file"].read_text())
+        if not isinstance(entries, list):
+            raise CommandError(f"{options['file']}: expected a list of offerings")
+        created = 0
+        deprecations = []
+        for entry in entries:
+            entry = dict(entry)
+            price = entry.pop("price", None)
+            deprecate = entry.pop("deprecate", None)
+            if Offering.objects.filter(slug=entry.get("slug")).exists():
+                continue
+            try:
+                offering = offering_create(actor=None, data=entry)
+            except OfferingValidationError as exc:
+                raise CommandError(f"{entry.get('slug')}: {exc}") from exc
+            if price:
+                price_set(actor=None, offering_id=offering.pk, **price)
+            if deprecate:
+                deprecations.append((offering, deprecate))
+            created += 1
+        for offering, deprecate in deprecations:
+            replacement = Offering.objects.get(slug=deprecate["replacement"])
+            offering_lifecycle_change(
+                actor=None, offering_id=offering.pk, lifecycle="deprecated", replacement_id=replacement.pk,
+                retire_on=timezone.localdate() + dt.timedelta(days=int(deprecate["retire_in_days"])),
+            )
+        self.stdout.write(f"{created} offerings created")

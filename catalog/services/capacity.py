@@ -1,0 +1,275 @@
+"""Live capacity per offering and cluster, and its hourly history.
+
+Definitions (docs/catalog.md explains them with examples):
+- total units, allocatable, held, free, unknown: sums over the offering's devices as the inventory derived them
+  (held from pod requests and claim allocations, never capacity - allocatable; units of incomplete DRA pools are
+  unknown, neither free nor held; DRA partitions blocked by shared counters are not free);
+- feasible nodes: schedulable nodes (Ready, not cordoned) whose blocking taints the offering's tolerations
+  tolerate and that have at least one allocatable unit;
+- largest placeable: the most units one pod can get on one feasible node right now;
+- reference request R: the largest of the offering's common request sizes (default 1);
+- stranded: free units that no R-sized request can use — free units on nodes that are not feasible, plus on each
+  feasible node the remainder `free mod R`;
+- fragmentation index: stranded / free (0 when nothing is free). 8 free cards spread 2 per node over 4 nodes with
+  R = 8: stranded 8, fragmentation 1.0 — "8 free GPUs, but no 8-GPU pod fits";
+- contested: free DRA units on physical cards that also carry free units of another offering (a whole card and
+  its partitions consume the same counters: either/or, never both). `free_cards` counts each card once;
+- pending pods: Pending, unbound pods that ask for the offering (its extended resource, with a node selector that
+  does not contradict the offering's, or a claim/template naming its DeviceClass);
+- granted quota: the sum over the cluster's ResourceQuotas of `hard` for the offering's quota key
+  (`requests.<resource>` or `<class>.deviceclass.resource.k8s.io/devices`), compared against the allocatable units
+  of everything that key counts (quota_capacity); the ratio is the oversubscription.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.kube import labels_match, untolerated_taints
+from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingCapacity
+from catalog.services.matching import ClusterDevices, Match, NodeFacts, clusters_devices
+from inventory.k8s.quantity import parse_quantity
+from inventory.models import Cluster, Pod, ResourceClaim, ResourceClaimTemplate, ResourceQuota
+
+logger = logging.getLogger(__name__)
+
+FIGURE_FIELDS = (
+    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "cards",
+    "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
+    "quota_capacity", "selector_errors", "free_by_node",
+)
+
+
+def quota_key(offering: Offering) -> str:
+    if offering.unit_kind in DRA_KINDS:
+        return f"{offering.device_class_name}.deviceclass.resource.k8s.io/devices"
+    return f"requests.{offering.resource_name}"
+
+
+def reference_request(offering: Offering) -> int:
+    sizes = [s for s in (offering.request_sizes or []) if isinstance(s, int) and not isinstance(s, bool) and s > 0]
+    return max(sizes, default=1)
+
+
+def _card_id(device: dict[str, Any]) -> str:
+    """The physical card a DRA unit lives on: its counter set if it consumes one, else its parent, else itself."""
+    for consumed in device.get("consumes_counters") or []:
+        if isinstance(consumed, dict) and consumed.get("counterSet"):
+            return f"{device['driver']}/{device['pool']}/{consumed['counterSet']}"
+    if device.get("parent"):
+        return f"parent/{device['parent']}"
+    return device["key"]
+
+
+@dataclass
+class Figures:
+    values: dict[str, Any]
+    free_cards_ids: set[str]
+
+
+def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figures:
+    tolerations = offering.tolerations if isinstance(offering.tolerations, list) else []
+    feasible: dict[str, bool] = {}
+    for name, node in loaded.nodes.items():
+        feasible[name] = node.schedulable and not untolerated_taints(node.taints, tolerations)
+    per_node_alloc: dict[str, int] = defaultdict(int)
+    per_node_free: dict[str, int] = defaultdict(int)
+    v: dict[str, Any] = dict.fromkeys(FIGURE_FIELDS, 0)
+    free_card_ids: set[str] = set()
+    parents: set[str] = set()
+    for device in match.devices:
+        v["total_units"] += device["capacity"]
+        v["allocatable"] += device["allocatable"]
+        v["held"] += device["in_use"]
+        v["free"] += device["free"]
+        if not device["pool_complete"]:
+            v["unknown"] += device["capacity"]
+        if offering.unit_kind in DRA_KINDS:
+            card = _card_id(device)
+            parents.add(card)
+            if device["free"]:
+                free_card_ids.add(card)
+        else:
+            v["cards"] += device["cards"] or 0
+        node = device["node_name"]
+        per_node_alloc[node] += device["allocatable"]
+        per_node_free[node] += device["free"]
+    if offering.unit_kind in DRA_KINDS:
+        v["cards"] = float(len(parents))
+    r = reference_request(offering)
+    free_by_node = {n: f for n, f in sorted(per_node_free.items()) if n and feasible.get(n) and f > 0}
+    v["feasible_nodes"] = sum(1 for n, a in per_node_alloc.items() if n and feasible.get(n) and a > 0)
+    v["largest_placeable"] = max(free_by_node.values(), default=0)
+    v["stranded"] = sum(f for n, f in per_node_free.items() if not (n and feasible.get(n))) + sum(
+        f % r for f in free_by_node.values()
+    )
+    v["fragmentation"] = round(v["stranded"] / v["free"], 4) if v["free"] else 0.0
+    v["free_by_node"] = free_by_node
+    v["matched_devices"] = len(match.devices)
+    v["selector_errors"] = match.selector_errors
+    v["free_cards"] = len(free_card_ids)
+    v["granted_quota"] = None
+    return Figures(v, free_card_ids)
+
+
+def _quota_totals(cluster: Cluster) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for hard in ResourceQuota.objects.live().filter(cluster=cluster).values_list("hard", flat=True):
+        for key, value in (hard or {}).items():
+            try:
+                totals[key] += int(parse_quantity(value))
+            except ValueError:
+                continue
+    return totals
+
+
+class _PendingIndex:
+    """Pending, unbound pods of a cluster with what they ask for."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.pods = list(
+            Pod.objects.live().filter(cluster=cluster, phase="Pending", node_name="")
+            .values("namespace", "name", "raw", "extended_requests")
+        )
+        self.claim_classes: dict[tuple[str, str], set[str]] = {}
+        self.template_classes: dict[tuple[str, str], set[str]] = {}
+        if any((p["raw"].get("spec") or {}).get("resourceClaims") for p in self.pods):
+            for ns, name, raw in ResourceClaim.objects.live().filter(cluster=cluster).values_list(
+                "namespace", "name", "raw"
+            ):
+                self.claim_classes[(ns, name)] = _classes(raw.get("spec") or {})
+            for ns, name, raw in ResourceClaimTemplate.objects.live().filter(cluster=cluster).values_list(
+                "namespace", "name", "raw"
+            ):
+                self.template_classes[(ns, name)] = _classes((raw.get("spec") or {}).get("spec") or {})
+
+    def count(self, offering: Offering, nodes: list[NodeFacts]) -> int:
+        """Pending pods that ask for the offering and could run on one of its nodes (selector and taints)."""
+        total = 0
+        for pod in self.pods:
+            spec = pod["raw"].get("spec") or {}
+            if offering.unit_kind in DRA_KINDS:
+                classes: set[str] = set()
+                for entry in spec.get("resourceClaims") or []:
+                    if not isinstance(entry, dict):
+                        continue
+                    if entry.get("resourceClaimName"):
+                        classes |= self.claim_classes.get((pod["namespace"], entry["resourceClaimName"]), set())
+                    elif entry.get("resourceClaimTemplateName"):
+                        key = (pod["namespace"], entry["resourceClaimTemplateName"])
+                        classes |= self.template_classes.get(key, set())
+                wanted = offering.device_class_name in classes
+            else:
+                wanted = (pod["extended_requests"] or {}).get(offering.resource_name, 0) > 0
+            if not wanted:
+                continue
+            selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+            tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+            if any(labels_match(n.labels, selector) and not untolerated_taints(n.taints, tolerations) for n in nodes):
+                total += 1
+        return total
+
+
+def _classes(spec: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for request in (spec.get("devices") or {}).get("requests") or []:
+        if not isinstance(request, dict):
+            continue
+        exactly = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+        if exactly.get("deviceClassName"):
+            out.add(str(exactly["deviceClassName"]))
+        for sub in request.get("firstAvailable") or []:
+            if isinstance(sub, dict) and sub.get("deviceClassName"):
+                out.add(str(sub["deviceClassName"]))
+    return out
+
+
+def cluster_capacity(loaded: ClusterDevices, offerings: Sequence[Offering]) -> dict[int, dict[str, Any]]:
+    """Figures of every offering in one cluster, keyed by offering id."""
+    results: dict[int, Figures] = {}
+    matches: dict[int, Match] = {}
+    for offering in offerings:
+        matches[offering.pk] = loaded.match(offering)
+        results[offering.pk] = _figures(offering, loaded, matches[offering.pk])
+    # Either/or capacity: free units on a card that another offering also offers as free.
+    owners: dict[str, set[int]] = defaultdict(set)
+    for pk, figures in results.items():
+        for card in figures.free_cards_ids:
+            owners[card].add(pk)
+    for offering in offerings:
+        if offering.unit_kind not in DRA_KINDS:
+            continue
+        contested = {card for card in results[offering.pk].free_cards_ids if len(owners[card]) > 1}
+        results[offering.pk].values["contested"] = sum(
+            d["free"] for d in matches[offering.pk].devices if d["free"] and _card_id(d) in contested
+        )
+    quotas = _quota_totals(loaded.cluster)
+    pending = _PendingIndex(loaded.cluster)
+    key_capacity: dict[str, int] = defaultdict(int)
+    for device in loaded.devices:
+        if device["resource_name"]:
+            key_capacity[f"requests.{device['resource_name']}"] += device["allocatable"]
+    class_capacity: dict[str, int] = {}
+    for offering in offerings:
+        values = results[offering.pk].values
+        key = quota_key(offering)
+        values["granted_quota"] = quotas.get(key)
+        if offering.unit_kind in DRA_KINDS:
+            name = offering.device_class_name
+            if name not in class_capacity:  # the key counts every device of the class, whatever the offering
+                class_capacity[name] = sum(
+                    d["allocatable"] for kind in DRA_KINDS
+                    for d in loaded.match(Offering(unit_kind=kind, device_class_name=name)).devices
+                )
+            values["quota_capacity"] = class_capacity[name]
+        else:
+            values["quota_capacity"] = key_capacity.get(key, 0)
+        nodes = [loaded.nodes[n] for n in matches[offering.pk].nodes if n in loaded.nodes]
+        values["pending_pods"] = pending.count(offering, nodes)
+    return {pk: figures.values for pk, figures in results.items()}
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def capacity_refresh(*, clusters: Sequence[Cluster] | None = None) -> int:
+    """Recompute the capacity of every curated offering (proposals included) in the given clusters.
+
+    Writes the current figures and this hour's history sample. Reads first, then one short transaction per
+    cluster. Returns the number of (offering, cluster) rows written.
+    """
+    offerings = list(Offering.objects.exclude(lifecycle__in=["dismissed"]).order_by("pk"))
+    written = 0
+    for loaded in clusters_devices(clusters):
+        started = time.monotonic()
+        figures = cluster_capacity(loaded, offerings)
+        now = timezone.now()
+        hour = _hour(now)
+        current = [OfferingCapacity(offering_id=pk, cluster=loaded.cluster, computed_at=now, **values)
+                   for pk, values in figures.items()]
+        samples = [CapacitySample(offering_id=pk, cluster=loaded.cluster, hour=hour, **values)
+                   for pk, values in figures.items()]
+        with transaction.atomic():
+            OfferingCapacity.objects.filter(cluster=loaded.cluster).exclude(offering_id__in=figures).delete()
+            OfferingCapacity.objects.bulk_create(
+                current, update_conflicts=True, unique_fields=["offering", "cluster"],
+                update_fields=[*FIGURE_FIELDS, "computed_at"],
+            )
+            CapacitySample.objects.bulk_create(
+                samples, update_conflicts=True, unique_fields=["offering", "cluster", "hour"],
+                update_fields=list(FIGURE_FIELDS),
+            )
+        written += len(current)
+        logger.info("capacity of %d offerings in cluster %s recomputed in %.2fs", len(current),
+                    loaded.cluster.name, time.monotonic() - started)
+    return written

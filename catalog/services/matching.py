@@ -1,0 +1,200 @@
+"""Which inventory devices belong to an offering.
+
+A device belongs to an offering when its mode is the offering's unit kind (so a time-slice replica is never sold
+as a card) and then:
+- device plugin: the node resource is the offering's extended resource and the node's labels match the offering's
+  node selector;
+- DRA: every CEL selector of the offering's DeviceClass (as mirrored from that cluster) and the offering's own
+  selector are true for the device, and the node labels match the node selector if one is set.
+
+A CEL runtime error (e.g. a missing attribute) is not a "no": like the scheduler, which fails the allocation, the
+device is left out and counted as a selector error so that the admin sees it.
+
+`ClusterDevices` loads one cluster's devices, nodes and classes once; matching many offerings against it (the
+capacity recomputation) reuses the prepared CEL inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog import cel
+from catalog.kube import labels_match
+from catalog.models import DRA_KINDS, Offering
+from inventory.models import Cluster, Device, DeviceClass, Node, Path
+
+logger = logging.getLogger(__name__)
+
+DEVICE_VALUES = (
+    "key", "path", "mode", "node_name", "node_schedulable", "resource_name", "driver", "pool_complete", "model",
+    "memory_mib", "architecture", "compute_capability", "driver_version", "cuda_version", "cards", "parent",
+    "capacity", "allocatable", "in_use", "free", "unhealthy", "attributes", "capacities",
+    "allow_multiple_allocations", "consumes_counters", "device_name", "pool",
+)
+
+
+@dataclass
+class NodeFacts:
+    labels: dict[str, Any]
+    taints: list[Any]
+    schedulable: bool
+    kubelet_version: str
+
+
+@dataclass
+class Match:
+    """The devices of one offering in one cluster."""
+
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    selector_errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> set[str]:
+        return {d["node_name"] for d in self.devices if d["node_name"]}
+
+
+def class_selectors(raw: dict[str, Any]) -> list[str]:
+    selectors = (raw.get("spec") or {}).get("selectors") or []
+    return [
+        str(s["cel"]["expression"]) for s in selectors
+        if isinstance(s, dict) and isinstance(s.get("cel"), dict) and isinstance(s["cel"].get("expression"), str)
+    ]
+
+
+class ClusterDevices:
+    """One cluster's accelerator devices, nodes and DeviceClasses, loaded once."""
+
+    def __init__(self, cluster: Cluster, *, modes: Iterable[str] | None = None) -> None:
+        self.cluster = cluster
+        devices = Device.objects.filter(cluster=cluster)
+        if modes is not None:  # e.g. the live selector check needs only the devices of one unit kind
+            devices = devices.filter(mode__in=list(modes))
+        self.devices: list[dict[str, Any]] = list(devices.order_by("node_name", "key").values(*DEVICE_VALUES))
+        self.nodes: dict[str, NodeFacts] = {
+            name: NodeFacts(labels or {}, taints or [], bool(ready) and not unschedulable, kubelet or "")
+            for name, labels, taints, ready, unschedulable, kubelet in Node.objects.live()
+            .filter(cluster=cluster)
+            .values_list("name", "labels", "taints", "ready", "unschedulable", "kubelet_version")
+        }
+        self.classes: dict[str, dict[str, Any]] = dict(DeviceClass.objects.live().filter(cluster=cluster).values_list("name", "raw"))
+        self._by_kind: dict[str, list[int]] = defaultdict(list)
+        for index, device in enumerate(self.devices):
+            self._by_kind[device["mode"]].append(index)
+        self._inputs: dict[int, cel.DeviceInput] = {}
+
+    def _input(self, index: int) -> cel.DeviceInput:
+        prepared = self._inputs.get(index)
+        if prepared is None:
+            device = self.devices[index]
+            prepared = self._inputs[index] = cel.device_input(
+                driver=device["driver"], attributes=device["attributes"], capacity=device["capacities"],
+                allow_multiple_allocations=device["allow_multiple_allocations"],
+            )
+        return prepared
+
+    def _node_ok(self, device: dict[str, Any], node_selector: dict[str, Any]) -> bool:
+        if not node_selector:
+            return True
+        node = self.nodes.get(device["node_name"])
+        return node is not None and labels_match(node.labels, node_selector)
+
+    def match(self, offering: Offering) -> Match:
+        result = Match()
+        candidates = list(self._by_kind.get(offering.unit_kind, []))
+        node_selector = offering.node_selector if isinstance(offering.node_selector, dict) else {}
+        if offering.unit_kind not in DRA_KINDS:
+            result.devices = [
+                self.devices[i] for i in candidates
+                if self.devices[i]["path"] == Path.DEVICE_PLUGIN
+                and self.devices[i]["resource_name"] == offering.resource_name
+                and self._node_ok(self.devices[i], node_selector)
+            ]
+            return result
+        raw_class = self.classes.get(offering.device_class_name)
+        if raw_class is None:
+            result.notes.append(f"DeviceClass {offering.device_class_name!r} does not exist in cluster "
+                                f"{self.cluster.name}.")
+            return result
+        expressions = [*class_selectors(raw_class), *([offering.cel_selector] if offering.cel_selector else [])]
+        try:
+            selectors = [cel.compile_selector(expression) for expression in expressions]
+        except cel.CelError as exc:
+            result.notes.append(f"Selector does not compile: {exc.message}")
+            return result
+        candidates = [
+            i for i in candidates
+            if self.devices[i]["path"] == Path.DRA and self._node_ok(self.devices[i], node_selector)
+        ]
+        outcome = cel.match_devices(selectors, [self._input(i) for i in candidates])
+        result.devices = [self.devices[candidates[j]] for j in outcome.matched]
+        result.selector_errors = len(outcome.errors)
+        result.error_samples = sorted(set(outcome.errors.values()))[:3]
+        return result
+
+
+def clusters_devices(clusters: Iterable[Cluster] | None = None, *,
+                     modes: Iterable[str] | None = None) -> list[ClusterDevices]:
+    clusters = Cluster.objects.all() if clusters is None else clusters
+    return [ClusterDevices(cluster, modes=modes) for cluster in clusters]
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    devices: int
+    nodes: int
+    clusters: int
+    selector_errors: int
+    notes: tuple[str, ...]
+    error_samples: tuple[str, ...]
+
+
+def offering_match_summary(offering: Offering, loaded: Sequence[ClusterDevices] | None = None) -> MatchSummary:
+    """Devices and nodes an (unsaved) offering matches across clusters: the admin form's live check."""
+    loaded = clusters_devices(modes=[offering.unit_kind]) if loaded is None else loaded
+    devices = nodes = clusters = errors = 0
+    notes: list[str] = []
+    samples: list[str] = []
+    for cluster in loaded:
+        match = cluster.match(offering)
+        devices += len(match.devices)
+        nodes += len(match.nodes)
+        clusters += 1 if match.devices else 0
+        errors += match.selector_errors
+        notes += match.notes
+        samples += match.error_samples
+    return MatchSummary(devices, nodes, clusters, errors, tuple(notes), tuple(sorted(set(samples))[:3]))
+
+
+def offering_selector_check(*, unit_kind: str, device_class_name: str = "", resource_name: str = "",
+                            cel_selector: str = "", node_selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Compile the selector and count what it matches now: the live check of the admin form and the API.
+
+    A selector that does not compile is an error; one that matches nothing is only a warning.
+    """
+    result: dict[str, Any] = {"valid": True, "error": "", "devices": 0, "nodes": 0, "clusters": 0,
+                              "selector_errors": 0, "error_samples": [], "notes": [], "warning": ""}
+    if cel_selector.strip():
+        if unit_kind not in DRA_KINDS:
+            result.update(valid=False, error="CEL selectors apply to DRA devices; device-plugin pools are selected "
+                                             "by node labels.")
+            return result
+        try:
+            cel.compile_selector(cel_selector)
+        except cel.CelError as exc:
+            result.update(valid=False, error=str(exc))
+            return result
+    probe = Offering(unit_kind=unit_kind, device_class_name=device_class_name, resource_name=resource_name,
+                     cel_selector=cel_selector, node_selector=node_selector or {})
+    summary = offering_match_summary(probe)
+    result.update(devices=summary.devices, nodes=summary.nodes, clusters=summary.clusters,
+                  selector_errors=summary.selector_errors, error_samples=list(summary.error_samples),
+                  notes=list(summary.notes))
+    if not summary.devices:
+        result["warning"] = "The selector matches no device in any cluster right now."
+    return result

@@ -1,0 +1,50 @@
+"""Celery tasks of the catalog: capacity recomputation (after sync, debounced, and hourly for the history),
+retirement of deprecated offerings on their date, and discovery. Thin wrappers around services."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from inventory.models import Cluster
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="catalog.capacity_refresh", ignore_result=True, acks_late=True)
+def capacity_refresh_task(cluster_id: int | None = None) -> int:
+    from catalog.services.capacity import capacity_refresh
+
+    if cluster_id is not None:
+        cache.delete(f"catalog:capacity-refresh:{cluster_id}")
+    clusters = None if cluster_id is None else list(Cluster.objects.filter(pk=cluster_id))
+    return capacity_refresh(clusters=clusters)
+
+
+@shared_task(name="catalog.offerings_retire_due", ignore_result=True)
+def offerings_retire_due_task() -> int:
+    from catalog.services.offerings import offerings_retire_due
+
+    return offerings_retire_due()
+
+
+@shared_task(name="catalog.discovery_run", ignore_result=True)
+def discovery_run_task() -> dict[str, int]:
+    from catalog.services.discovery import discovery_run
+
+    return discovery_run()
+
+
+def capacity_refresh_soon(cluster_id: int) -> None:
+    """Enqueue one recomputation per cluster per debounce window, however many sync batches arrive meanwhile."""
+    delay = settings.PORTAL_CAPACITY_DEBOUNCE_SECONDS
+    if not cache.add(f"catalog:capacity-refresh:{cluster_id}", "1", timeout=delay * 4 + 30):
+        return
+    try:
+        capacity_refresh_task.apply_async((cluster_id,), countdown=delay)
+    except Exception:  # a broker outage must never break the sync that triggered us; beat catches up
+        cache.delete(f"catalog:capacity-refresh:{cluster_id}")
+        logger.warning("could not enqueue capacity refresh for cluster %s", cluster_id, exc_info=True)
