@@ -46,6 +46,8 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/sync_large.py
+	$(PY) bench/cel_select.py
+	$(PY) bench/capacity_large.py --reuse
 
 clean:
 	rm -rf var

@@ -29,7 +29,7 @@ from catalog.models import Lifecycle, Offering, OfferingPrice
 from catalog.selectors import OfferingRow, capacity_history, capacity_totals, offering_rows, offerings_for
 from catalog.services.compatibility import RequirementError, Verdict, offerings_check
 from catalog.services.discovery import discovery_run, proposal_decide
-from catalog.services.matching import offering_selector_check
+from catalog.services.matching import offering_selector_check, offering_warnings
 from catalog.services.offerings import (
     offering_create,
     offering_lifecycle_change,
@@ -309,6 +309,8 @@ class OfferingCreateView(CuratorRequiredMixin, View):
                 form.add_service_errors(exc)
             else:
                 messages.success(request, f"Created offering {offering.name}.")
+                for warning in offering_warnings(offering):
+                    messages.warning(request, warning)
                 return done(request, offering.get_absolute_url())
         return render(request, self.template_name, {"form": form, "creating": True})
 
@@ -327,6 +329,8 @@ class OfferingEditView(CuratorRequiredMixin, View):
                 form.add_service_errors(exc)
             else:
                 messages.success(request, f"Saved offering {offering.name}.")
+                for warning in offering_warnings(offering):
+                    messages.warning(request, warning)
                 return done(request, offering.get_absolute_url())
         return render_edit(request, offering, form=form)
 

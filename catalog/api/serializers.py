@@ -100,6 +100,16 @@ class OfferingSerializer(serializers.ModelSerializer):
 
 
 
+class OfferingSavedSerializer(OfferingSerializer):
+    """An offering after create/update, with non-blocking warnings (e.g. its selector matches no device)."""
+
+    warnings = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta(OfferingSerializer.Meta):
+        fields = [*OfferingSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
+
+
 class OfferingInputSerializer(serializers.Serializer):
     """Create/update input. Shapes are checked here; domain rules (CEL, versions, uniqueness) by the service."""
 

@@ -19,6 +19,7 @@ from catalog.api.serializers import (
     CompatibilityResultSerializer,
     LifecycleInputSerializer,
     OfferingInputSerializer,
+    OfferingSavedSerializer,
     OfferingSerializer,
     PriceInputSerializer,
     PriceSerializer,
@@ -29,7 +30,7 @@ from catalog.errors import OfferingValidationError
 from catalog.models import Offering
 from catalog.selectors import capacity_history, offerings_for
 from catalog.services.compatibility import RequirementError, offerings_check
-from catalog.services.matching import offering_selector_check
+from catalog.services.matching import offering_selector_check, offering_warnings
 from catalog.services.offerings import offering_create, offering_lifecycle_change, offering_update, price_set
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 
@@ -63,7 +64,7 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
             queryset = queryset.filter(unit_kind=kind)
         return queryset.order_by("name", "pk")
 
-    @extend_schema(request=OfferingInputSerializer, responses={201: OfferingSerializer})
+    @extend_schema(request=OfferingInputSerializer, responses={201: OfferingSavedSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = OfferingInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -71,18 +72,20 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
             offering = offering_create(actor=request.user, data=dict(data.validated_data))
         except OfferingValidationError as exc:
             return _invalid(exc)
-        return Response(OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data, status=201)
+        body = OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data
+        return Response({**body, "warnings": offering_warnings(offering)}, status=201)
 
-    @extend_schema(request=OfferingInputSerializer, responses=OfferingSerializer)
+    @extend_schema(request=OfferingInputSerializer, responses=OfferingSavedSerializer)
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         offering = self.get_object()
         data = OfferingInputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         try:
-            offering_update(actor=request.user, offering_id=offering.pk, data=dict(data.validated_data))
+            offering = offering_update(actor=request.user, offering_id=offering.pk, data=dict(data.validated_data))
         except OfferingValidationError as exc:
             return _invalid(exc)
-        return Response(OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data)
+        body = OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data
+        return Response({**body, "warnings": offering_warnings(offering)})
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # PUT is not offered
         return Response(status=status.HTTP_405_METHOD_NOT_ALLOWED)

@@ -198,3 +198,15 @@ def offering_selector_check(*, unit_kind: str, device_class_name: str = "", reso
     if not summary.devices:
         result["warning"] = "The selector matches no device in any cluster right now."
     return result
+
+
+def offering_warnings(offering: Offering) -> list[str]:
+    """Non-blocking problems of a saved offering: a selector that matches nothing, selector runtime errors."""
+    summary = offering_match_summary(offering)
+    warnings = list(summary.notes)
+    if not summary.devices:
+        warnings.append("The offering matches no device in any cluster right now.")
+    if summary.selector_errors:
+        warnings.append(f"The selectors fail on {summary.selector_errors} devices (left out): "
+                        f"{'; '.join(summary.error_samples)}")
+    return warnings

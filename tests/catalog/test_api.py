@@ -97,6 +97,8 @@ def test_curator_creates_updates_and_changes_lifecycle(platform_admin) -> None:
         "cel_selector": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L40S'",
     }, format="json")
     assert created.status_code == 201, created.content
+    # No L40S in any cluster: saved, with a warning rather than an error.
+    assert created.json()["warnings"] == ["The offering matches no device in any cluster right now."]
     pk = created.json()["id"]
     patched = client.patch(f"{BASE}/offerings/{pk}/", {"memory_mib": 46068}, format="json")
     assert patched.status_code == 200
