@@ -318,3 +318,40 @@ class LifecycleForm(ServiceErrorsMixin, forms.Form):
         self.fields["replacement"].queryset = (  # type: ignore[attr-defined]
             Offering.objects.browsable().exclude(pk=offering.pk).only("pk", "name", "slug").order_by("name")
         )
+
+
+class GeneratorForm(forms.Form):
+    """The manifest generator's input; shapes only — `catalog.generator` owns the rules."""
+
+    offering = forms.ModelChoiceField(queryset=Offering.objects.browsable().order_by("name"), to_field_name="slug",
+                                      empty_label=None)
+    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(no cluster: no namespace list)")
+    namespace = forms.CharField(max_length=63)
+    name = forms.CharField(max_length=63, initial="gpu-workload")
+    shape = forms.ChoiceField(choices=[])
+    count = forms.IntegerField(min_value=1, max_value=64, initial=1)
+    parallelism = forms.IntegerField(min_value=1, max_value=64, initial=1, required=False,
+                                     help_text="Pods of a Job running at once.")
+    image = forms.CharField(max_length=255, initial="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
+    command = forms.CharField(max_length=4000, required=False, initial="nvidia-smi",
+                              help_text="Split like a shell would; emitted as a list, never run by a shell.")
+    cpu = forms.CharField(max_length=20, initial="4")
+    memory = forms.CharField(max_length=20, initial="16Gi")
+    min_memory_gib = forms.IntegerField(min_value=1, max_value=4096, required=False, label="GPU memory ≥ GiB")
+    architecture = forms.CharField(max_length=32, required=False, help_text="e.g. hopper, ampere")
+    cuda = forms.CharField(max_length=16, required=False, label="CUDA ≥", help_text="e.g. 12.4")
+    compute_capability = forms.CharField(max_length=8, required=False, label="Compute capability ≥",
+                                         help_text="e.g. 8.0")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from catalog.generator import SHAPES
+        from inventory.models import Cluster
+
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = Cluster.objects.order_by("name").defer("kubeconfig")
+        self.fields["shape"].choices = list(SHAPES.items())
+
+    def add_generator_errors(self, errors: dict[str, list[str]]) -> None:
+        for name, messages in errors.items():
+            for message in messages:
+                self.add_error(name if name in self.fields else None, message)

@@ -1,11 +1,12 @@
 from django.urls import path
 
-from catalog import views
+from catalog import manifest_views, views
 
 app_name = "catalog"
 urlpatterns = [
     path("", views.OfferingListView.as_view(), name="offering_list"),
     path("compare/", views.OfferingCompareView.as_view(), name="offering_compare"),
+    path("generate/", manifest_views.GenerateView.as_view(), name="generate"),
     path("new/", views.OfferingCreateView.as_view(), name="offering_create"),
     path("selector-check/", views.SelectorCheckView.as_view(), name="selector_check"),
     path("proposals/", views.ProposalListView.as_view(), name="proposals"),

@@ -1,0 +1,95 @@
+"""The manifest generator page: pick an offering and a shape, get validated YAML live (htmx), copy or download it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views import View
+
+from catalog.forms import GeneratorForm
+from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate, parse_command
+from catalog.services.workloads import generator_facts
+from inventory.models import Cluster
+
+
+def _spec_from(form: GeneratorForm) -> WorkloadSpec:
+    data = form.cleaned_data
+    offering, cluster = data["offering"], data.get("cluster")
+    facts = generator_facts(cluster=cluster, offering=offering)
+    errors: dict[str, list[str]] = {}
+    if facts.namespaces and data["namespace"] not in facts.namespaces:
+        errors["namespace"] = [f"{cluster.name} has no namespace {data['namespace']!r}."]
+    try:
+        command = parse_command(data.get("command") or "")
+    except GeneratorError as exc:
+        errors.update(exc.errors)
+        command = []
+    spec = WorkloadSpec(
+        offering=offering, namespace=data["namespace"], name=data["name"], shape=data["shape"], count=data["count"],
+        parallelism=data.get("parallelism") or 1, image=data["image"], command=command, cpu=data["cpu"],
+        memory=data["memory"], min_memory_gib=data.get("min_memory_gib"), architecture=data.get("architecture") or "",
+        cuda=data.get("cuda") or "", compute_capability=data.get("compute_capability") or "",
+        device_driver=facts.driver, extended_resource_name=facts.extended_resource_name,
+    )
+    if errors:  # report these together with the generator's own checks
+        try:
+            generate(spec)
+        except GeneratorError as exc:
+            for name, messages in exc.errors.items():
+                errors.setdefault(name, []).extend(messages)
+        raise GeneratorError(errors)
+    return spec
+
+
+def generator_result(form: GeneratorForm) -> dict[str, Any]:
+    """Run the generator (and, when available, the validator) for a bound form."""
+    if not form.is_valid():
+        return {"form": form}
+    try:
+        spec = _spec_from(form)
+        generated = generate(spec)
+    except GeneratorError as exc:
+        form.add_generator_errors(exc.errors)
+        return {"form": form}
+    return {"form": form, "generated": generated, "spec": spec, "filename": f"{spec.name}.yaml"}
+
+
+class GenerateView(LoginRequiredMixin, View):
+    template_name = "catalog/generate.html"
+
+    def _initial(self, request: HttpRequest) -> dict[str, Any]:
+        initial: dict[str, Any] = {}
+        if request.GET.get("offering"):
+            initial["offering"] = request.GET["offering"]
+        cluster = Cluster.objects.order_by("name").first()
+        if cluster is not None:
+            initial["cluster"] = cluster.pk
+            facts = generator_facts(cluster=cluster, offering=None)
+            if facts.namespaces:
+                initial["namespace"] = facts.namespaces[0]
+        return initial
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        form = GeneratorForm(initial=self._initial(request))
+        data = {name: form[name].value() for name in form.fields}
+        offering_slug = data.get("offering") or (form.fields["offering"].queryset.values_list("slug", flat=True)
+                                                 .first())
+        data["offering"] = offering_slug
+        bound = GeneratorForm(data={k: v for k, v in data.items() if v is not None})
+        if bound.is_bound and offering_slug:
+            offering = bound.fields["offering"].queryset.filter(slug=offering_slug).first()
+            if offering is not None and offering.is_dra and bound.data.get("shape") not in DRA_SHAPES:
+                bound.data = {**bound.data, "shape": "claim-template-job"}
+        return render(request, self.template_name, {**generator_result(bound), "shapes_dra": sorted(DRA_SHAPES)})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        result = generator_result(GeneratorForm(request.POST))
+        if request.POST.get("download") and result.get("generated"):
+            response = HttpResponse(result["generated"].yaml, content_type="application/yaml; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="{result["filename"]}"'
+            return response
+        template = f"{self.template_name}#output" if request.htmx else self.template_name
+        return render(request, template, {**result, "shapes_dra": sorted(DRA_SHAPES)})
