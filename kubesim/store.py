@@ -22,6 +22,9 @@ SNAPSHOT_LIMIT = 256
 SNAPSHOT_TTL = 300.0
 
 
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
 class ApiError(Exception):
     """An error that maps to a Kubernetes Status response."""
 
@@ -347,8 +350,34 @@ class Store:
                 )
             if namespace_check and ("", ns) not in self._data["namespaces"]:
                 raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
+            if namespace_check and rt.plural in ("resourceclaims", "resourceclaimtemplates"):
+                self._check_admin_access(rt, obj, ns)
         elif "namespace" in meta:
             meta.pop("namespace")
+
+    def _check_admin_access(self, rt: ResourceType, obj: dict, ns: str) -> None:
+        """The API server's rule: adminAccess requests need the namespace label admin-access: "true"."""
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        if rt.plural == "resourceclaimtemplates":
+            spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+        devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
+        requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+        prefix = "spec.spec" if rt.plural == "resourceclaimtemplates" else "spec"
+        for i, request in enumerate(requests):
+            exactly = request.get("exactly") if isinstance(request, dict) else None
+            if not (isinstance(exactly, dict) and exactly.get("adminAccess") is True):
+                continue
+            namespace = self._data["namespaces"][("", ns)].obj
+            if ((namespace.get("metadata") or {}).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
+                return
+            field = f"{prefix}.devices.requests[{i}].exactly.adminAccess"
+            message = (f"admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label on the containing "
+                       "namespace")
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise ApiError(422, "Invalid", f'{rt.kind}.resource.k8s.io "{name}" is invalid: {field}: Forbidden: '
+                           f"{message}", {"name": name, "group": "resource.k8s.io", "kind": rt.kind, "causes": [
+                               {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}",
+                                "field": field}]})
 
     # ------------------------------------------------------------------ writes
     def create(self, plural: str, obj: dict, *, dry_run: bool = False, load: bool = False) -> dict:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 import urllib3
@@ -29,7 +30,7 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
-from inventory.k8s.types import KindRef, ListPage, WatchEvent
+from inventory.k8s.types import DRY_RUN_KINDS, DryRunResult, KindRef, ListPage, WatchEvent
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +311,45 @@ class KubernetesClusterClient:
             _request_timeout=(self._connect_timeout, timeout_seconds + 30),
         )
         return WatchStream(response, f"watch {kind.key}")
+
+    def create_dry_run(self, document: dict[str, Any]) -> DryRunResult:
+        """POST the object with `dryRun=All` and strict field validation: admission and validation run, nothing is
+        stored. A refusal (4xx) is a result, not an exception; transport errors and 5xx raise ClusterUnreachable."""
+        key = (str(document.get("apiVersion") or ""), str(document.get("kind") or ""))
+        if key not in DRY_RUN_KINDS:
+            raise ClusterRequestError(f"dry run of {key[1] or 'unknown kind'} is not supported")
+        prefix, plural = DRY_RUN_KINDS[key]
+        namespace = str((document.get("metadata") or {}).get("namespace") or "default")
+        path = f"{prefix}/namespaces/{quote(namespace, safe='')}/{plural}"
+        try:
+            request = self._api_client.param_serialize(
+                method="POST", resource_path=path, query_params=[("dryRun", "All"), ("fieldValidation", "Strict")],
+                header_params={"Content-Type": "application/json", "Accept": "application/json"}, body=document,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api_client.call_api(*request, _request_timeout=self._timeout)
+            response.read()
+        except ApiException as exc:  # raised by the REST layer for some failures
+            status, body, reason = exc.status or 0, exc.body, exc.reason or ""
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnreachableError(f"dry run {key[1]}: {type(exc).__name__}: {str(exc)[:200]}") from None
+        else:
+            status, body, reason = int(response.status), response.data, str(getattr(response, "reason", "") or "")
+            if 200 <= status < 300:
+                warning = response.getheader("Warning")
+                return DryRunResult(True, status, warnings=(str(warning)[:500],) if warning else ())
+        if status == 429 or status >= 500 or status == 0:
+            raise ClusterUnreachableError(f"dry run {key[1]}: HTTP {status} {_status_message(body)}", status=status)
+        data: Any = {}
+        with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+            data = orjson.loads(body or b"{}")
+        data = data if isinstance(data, dict) else {}
+        causes = tuple(
+            f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")[:500]
+            for c in ((data.get("details") or {}).get("causes") or []) if isinstance(c, dict)
+        )
+        return DryRunResult(False, status, str(data.get("reason") or reason)[:100],
+                            str(data.get("message") or _status_message(body))[:2000], causes)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort on shutdown

@@ -64,3 +64,24 @@ class WatchEvent:
     def resource_version(self) -> str:
         meta = self.object.get("metadata")
         return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class DryRunResult:
+    """The API server's answer to a create with `dryRun=All` (nothing is persisted)."""
+
+    accepted: bool
+    status: int
+    reason: str = ""
+    message: str = ""
+    causes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+# Collection paths of the kinds the portal may dry-run: (apiVersion, kind) → (path prefix, plural).
+DRY_RUN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("v1", "Pod"): ("/api/v1", "pods"),
+    ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
+    ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1", "resourceclaims"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+}
