@@ -1,0 +1,90 @@
+"""Validate a manifest from a file or stdin, e.g. in a tenant's CI. Reads the inventory only; creates nothing.
+
+Exit codes: 0 no errors, 1 the manifest has errors, 2 usage error (unreadable file, unknown cluster, bad version).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from catalog.validation import (
+    MAX_BYTES,
+    Finding,
+    ValidationContext,
+    ValidationReport,
+    context_for_cluster,
+    format_text,
+    validate_manifest,
+)
+from catalog.validation.schema import parse_version
+from inventory.models import Cluster
+
+
+class Command(BaseCommand):
+    help = (
+        "Validate a Pod/Job/ResourceClaim/ResourceClaimTemplate manifest (FILE or - for stdin). Without --cluster "
+        "only schema, semantics and policy run; with it, namespaces, resources, classes and quotas are checked "
+        "against the inventory. Exit code 0 = no errors, 1 = errors, 2 = usage error."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", metavar="FILE", help="Manifest file (YAML or JSON), or - for stdin.")
+        parser.add_argument("--cluster", help="Name of a registered cluster to validate against.")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--kubernetes-version", help="Schema version, e.g. 1.35 (default: the cluster's).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        text = self._read(options["file"])
+        context = ValidationContext()
+        if options["cluster"]:
+            try:
+                cluster = Cluster.objects.filter(name=options["cluster"]).first()
+                if cluster is None:
+                    raise CommandError(f"unknown cluster {options['cluster']!r}", returncode=2)
+                context = context_for_cluster(cluster)
+            except DatabaseError as exc:
+                raise CommandError(f"cannot read the inventory: {exc.__class__.__name__}", returncode=2) from None
+        version = options["kubernetes_version"]
+        if version:
+            if not re.fullmatch(r"v?\d{1,3}\.\d{1,3}(?:\.\d{1,5})?", version) or parse_version(version) is None:
+                raise CommandError(f"--kubernetes-version {version!r} is not a version such as 1.35", returncode=2)
+            context = replace(context, kubernetes_version=version)
+        report = text if isinstance(text, ValidationReport) else validate_manifest(text, context)
+        if options["format"] == "json":
+            self.stdout.write(json.dumps(report.as_json(), indent=2, ensure_ascii=True))
+        else:
+            self.stdout.write(format_text(report), ending="")
+        if not report.ok:
+            raise SystemExit(1)
+
+    def _read(self, name: str) -> str | ValidationReport:
+        try:
+            if name == "-":
+                data = sys.stdin.buffer.read(MAX_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
+                    sys.stdin.read(MAX_BYTES + 1).encode("utf-8", "surrogatepass")
+            else:
+                path = Path(name)
+                if not path.is_file():
+                    raise CommandError(f"{name!r} is not a readable file", returncode=2)
+                with path.open("rb") as handle:
+                    data = handle.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise CommandError(f"cannot read {name!r}: {exc.strerror or exc}", returncode=2) from None
+        if len(data) > MAX_BYTES:
+            return ValidationReport(findings=[Finding(
+                "parse", "error", "", f"the manifest is larger than {MAX_BYTES:,} bytes", "split it into several "
+                "manifests", "manifest-too-large")])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return ValidationReport(findings=[Finding(
+                "parse", "error", "", f"the manifest is not UTF-8 text (byte {exc.start})", "save it as UTF-8",
+                "not-utf8")])

@@ -1,0 +1,133 @@
+"""What the cluster-aware layers know about the target cluster, built from the inventory or given in tests.
+
+`None` means "unknown": the checks that need the value are skipped (the CLI without --cluster runs that way).
+context_for_cluster only reads the inventory; it never talks to the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from catalog.validation.findings import Finding
+from catalog.validation.objects import ADMIN_ACCESS_LABEL, as_dict, as_list, as_str, quantity
+from catalog.validation.schema import parse_version
+
+if TYPE_CHECKING:
+    from inventory.models import Cluster
+
+DEFAULT_KUBERNETES_VERSION = "1.35.0"
+
+
+@dataclass
+class ValidationContext:
+    """Everything the cluster-aware layers need. See docs/validation.md for what each field enables."""
+
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    namespaces: dict[str, dict[str, str]] | None = None  # name → labels
+    node_resources: dict[str, int] | None = None  # extended resource → number of nodes whose capacity has it
+    gpu_node_count: int = 0
+    cpu_only_node_count: int = 0
+    device_classes: dict[str, dict[str, Any]] | None = None  # name → raw DeviceClass
+    quotas: dict[str, list[dict[str, Any]]] | None = None  # namespace → [{"name", "hard", "used"}]
+    admin_access_namespaces: frozenset[str] | None = None
+    feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]] | None = None
+    dry_run: Callable[[list[dict[str, Any]]], list[Finding]] | None = None
+    node_taints: dict[str, set[str]] | None = None  # taint key → values seen on the cluster's nodes
+    # taint key → labels that every node with the taint carries and some other node does not (the pool's labels)
+    node_taint_labels: dict[str, dict[str, str]] | None = None
+    default_namespace: str = "default"  # for documents without metadata.namespace (kubectl's context namespace)
+
+    def extended_resource_names(self) -> set[str]:
+        """Every extended resource a pod can ask for: node capacity plus DRA classes' (implicit) names."""
+        names = set(self.node_resources or {})
+        for name, raw in (self.device_classes or {}).items():
+            names.add(f"deviceclass.resource.kubernetes.io/{name}")
+            extended = class_extended_resource_name(raw)
+            if extended:
+                names.add(extended)
+        return names
+
+
+def class_extended_resource_name(raw: Any) -> str:
+    return as_str(as_dict(as_dict(raw).get("spec")).get("extendedResourceName"))
+
+
+def _version_text(server_version: str) -> str:
+    parsed = parse_version(server_version or "")
+    if parsed is None:
+        return DEFAULT_KUBERNETES_VERSION
+    return f"{parsed[0]}.{parsed[1]}.0"
+
+
+def context_for_cluster(cluster: Cluster) -> ValidationContext:
+    """The cluster-aware parts of a context from the inventory (live rows only). Read-only."""
+    from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
+
+    namespaces = {
+        ns.name: {str(k): str(v) for k, v in as_dict(ns.labels).items()}
+        for ns in Namespace.objects.live().filter(cluster=cluster).only("name", "labels")
+    }
+    admin = frozenset(name for name, labels in namespaces.items() if labels.get(ADMIN_ACCESS_LABEL) == "true")
+
+    node_resources: dict[str, int] = {}
+    accelerator_nodes: set[str] = set()
+    all_nodes: dict[str, dict[str, str]] = {}
+    taints: dict[str, set[str]] = {}
+    tainted_nodes: dict[str, list[str]] = {}
+    for node in Node.objects.live().filter(cluster=cluster).only("name", "capacity", "taints", "labels"):
+        all_nodes[node.name] = {str(k): str(v) for k, v in as_dict(node.labels).items()}
+        for resource, value in as_dict(node.capacity).items():
+            if "/" not in resource:
+                continue
+            amount = quantity(value)
+            if amount is not None and amount > 0:
+                node_resources[resource] = node_resources.get(resource, 0) + 1
+                accelerator_nodes.add(node.name)
+        for taint in as_list(node.taints):
+            taint = as_dict(taint)
+            key = as_str(taint.get("key"))
+            if key and taint.get("effect") in ("NoSchedule", "NoExecute"):
+                taints.setdefault(key, set()).add(as_str(taint.get("value")))
+                tainted_nodes.setdefault(key, []).append(node.name)
+    dra_nodes = set(
+        Device.objects.filter(cluster=cluster, path="dra").exclude(node_name="").values_list("node_name", flat=True)
+    )
+    accelerator_nodes |= dra_nodes & set(all_nodes)
+
+    taint_labels: dict[str, dict[str, str]] = {}
+    for key, names in tainted_nodes.items():
+        shared = dict(all_nodes[names[0]])
+        for name in names[1:]:
+            shared = {k: v for k, v in shared.items() if all_nodes[name].get(k) == v}
+        untainted = [labels for name, labels in all_nodes.items() if name not in set(names)]
+        taint_labels[key] = {
+            k: v for k, v in shared.items() if any(labels.get(k) != v for labels in untainted) or not untainted
+        }
+
+    device_classes = {
+        dc.name: dc.raw if isinstance(dc.raw, dict) else {}
+        for dc in DeviceClass.objects.live().filter(cluster=cluster).only("name", "raw")
+    }
+    quotas: dict[str, list[dict[str, Any]]] = {}
+    for quota in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw"):
+        spec = as_dict(as_dict(quota.raw).get("spec"))
+        quotas.setdefault(quota.namespace, []).append({
+            "name": quota.name,
+            "hard": as_dict(quota.hard),
+            "used": as_dict(quota.used),
+            "scoped": bool(spec.get("scopes") or spec.get("scopeSelector")),
+        })
+    return ValidationContext(
+        kubernetes_version=_version_text(cluster.server_version),
+        namespaces=namespaces,
+        node_resources=node_resources,
+        gpu_node_count=len(accelerator_nodes),
+        cpu_only_node_count=len(all_nodes) - len(accelerator_nodes),
+        device_classes=device_classes,
+        quotas=quotas,
+        admin_access_namespaces=admin,
+        node_taints=taints,
+        node_taint_labels=taint_labels,
+    )

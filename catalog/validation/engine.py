@@ -1,0 +1,116 @@
+"""Runs the layers in order over a manifest's documents and collects one report. Nothing is created or written."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from catalog.validation.context import ValidationContext
+from catalog.validation.findings import LAYERS, SEVERITIES, Finding, ValidationReport, document_path, plain, show
+from catalog.validation.objects import CLAIM, CLAIM_TEMPLATE, PodHolder, as_dict, metadata, pod_holder, type_of
+from catalog.validation.parse import parse_manifest
+from catalog.validation.policy import check_policy
+from catalog.validation.quota import check_quota
+from catalog.validation.schema import check_schema, resolve_version
+from catalog.validation.semantics import Manifest, check_semantics
+
+
+def validate_manifest(text: str, context: ValidationContext) -> ValidationReport:
+    """Parse, then validate. Parse errors stop the validation: fix the text first."""
+    documents, findings = parse_manifest(text)
+    if any(f.severity == "error" for f in findings):
+        findings.append(Finding("parse", "info", "", "the documents were not validated further because the manifest "
+                                "could not be read completely", "", "layers-skipped"))
+        return ValidationReport(documents=documents, findings=findings)
+    report = validate_documents(documents, context)
+    report.findings[:0] = findings
+    return report
+
+
+def validate_documents(documents: list[dict[str, Any]], context: ValidationContext) -> ValidationReport:
+    """All layers over already parsed documents (e.g. a POSTed JSON list). Never raises for bad documents."""
+    findings: list[Finding] = []
+    version, note = resolve_version(context.kubernetes_version)
+    if note:
+        findings.append(Finding("schema", "info", "", note, "", "schema-version"))
+    valid: list[tuple[int, dict[str, Any]]] = []
+    for index, document in enumerate(documents):
+        if not isinstance(document, dict):
+            findings.append(Finding("parse", "error", document_path(index), "the document is not a mapping (an "
+                                    "object)", "", "not-a-mapping"))
+            continue
+        schema_findings, hard = check_schema(index, document, version)
+        findings += schema_findings
+        if hard:
+            findings.append(Finding("schema", "info", document_path(index), "semantics, policy, quota and "
+                                    "feasibility checks were skipped for this document: fix the schema errors first",
+                                    "", "layers-skipped"))
+        else:
+            valid.append((index, document))
+    manifest = Manifest.of(valid, context.default_namespace)
+    holders: list[PodHolder] = []
+    claim_documents: list[tuple[int, dict[str, Any]]] = []
+    for index, document in valid:
+        findings += check_semantics(index, document, context, manifest)
+        holder = pod_holder(index, document, context.default_namespace)
+        if holder is not None:
+            holders.append(holder)
+            findings += check_policy(holder, context)
+        elif type_of(document) in (CLAIM, CLAIM_TEMPLATE):
+            claim_documents.append((index, document))
+        if not as_dict(document.get("metadata")).get("namespace"):
+            findings.append(Finding("semantics", "info", document_path(index) + ".metadata",
+                                    f"no namespace: it goes to the namespace of your kubectl context; checked as "
+                                    f"{show(context.default_namespace)}", "", "namespace-defaulted"))
+    findings += check_quota(holders, claim_documents, context, manifest)
+    if context.feasibility is not None:
+        claims = [copy.deepcopy(document) for _index, document in claim_documents]
+        for holder in holders:
+            findings += _call(
+                "feasibility", holder.index, holder.kind == "Job",
+                lambda holder=holder: context.feasibility(_as_pod(holder), copy.deepcopy(claims)),  # type: ignore[misc]
+            )
+    if context.dry_run is not None:
+        if len(valid) == len(documents):
+            findings += _call("dry-run", None, False,
+                              lambda: context.dry_run([copy.deepcopy(d) for d in documents]))  # type: ignore[misc]
+        else:
+            findings.append(Finding("dry-run", "info", "", "the server dry-run was skipped: some documents failed "
+                                    "the schema layer", "", "layers-skipped"))
+    return ValidationReport(documents=list(documents), findings=findings)
+
+
+def _as_pod(holder: PodHolder) -> dict[str, Any]:
+    """The pod a Pod document or a Job's template creates, as a Pod manifest in the Job's namespace."""
+    if holder.kind == "Pod":
+        return copy.deepcopy(holder.document)
+    job_meta = metadata(holder.document)
+    template = as_dict(as_dict(holder.document.get("spec")).get("template"))
+    pod_meta = copy.deepcopy(as_dict(template.get("metadata")))
+    pod_meta["name"] = f"{job_meta.get('name') or job_meta.get('generateName') or 'job'}-pod"
+    pod_meta["namespace"] = holder.namespace
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(holder.spec)}
+
+
+def _call(layer: str, index: int | None, job: bool, run: Callable[[], list[Finding]]) -> list[Finding]:
+    """Run an injected layer. Its failure is reported as a warning (the layer did not run), never raised."""
+    try:
+        returned = run()
+    except Exception as exc:  # noqa: BLE001 - a broken checker must not break validation
+        return [Finding(layer, "warning", document_path(index) if index is not None else "",
+                        f"the {layer} check could not run: {plain(type(exc).__name__)}: {plain(str(exc), 200)}", "",
+                        f"{layer}-unavailable")]
+    out = []
+    for finding in returned or []:
+        if not isinstance(finding, Finding):
+            continue
+        path = finding.path
+        if index is not None and not path.startswith("documents["):
+            if job and (path == "spec" or path.startswith(("spec.", "spec["))):
+                path = "spec.template." + path
+            path = f"{document_path(index)}.{path}" if path else document_path(index)
+        severity = finding.severity if finding.severity in SEVERITIES else "info"
+        out.append(Finding(finding.layer if finding.layer in LAYERS else layer, severity, path, finding.message,
+                           finding.fix, finding.code))
+    return out
