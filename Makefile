@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(PY) bench/sync_large.py
 	$(PY) bench/cel_select.py
 	$(PY) bench/capacity_large.py --reuse
+	$(PY) bench/explain_large.py
+	$(PY) bench/validate_large.py
 
 clean:
 	rm -rf var

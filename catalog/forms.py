@@ -342,6 +342,8 @@ class GeneratorForm(forms.Form):
     cuda = forms.CharField(max_length=16, required=False, label="CUDA ≥", help_text="e.g. 12.4")
     compute_capability = forms.CharField(max_length=8, required=False, label="Compute capability ≥",
                                          help_text="e.g. 8.0")
+    dry_run = forms.BooleanField(required=False, label="Dry run against the cluster",
+                                 help_text="The API server validates and admits the objects without storing them.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         from catalog.generator import SHAPES
@@ -355,3 +357,17 @@ class GeneratorForm(forms.Form):
         for name, messages in errors.items():
             for message in messages:
                 self.add_error(name if name in self.fields else None, message)
+
+
+class ValidateForm(forms.Form):
+    manifest = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}), max_length=1 << 20,
+                               strip=False, help_text="Pod, Job, ResourceClaim or ResourceClaimTemplate; several "
+                                                      "documents separated by ---.")
+    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(none: schema and policy only)")
+    dry_run = forms.BooleanField(required=False, label="Dry run against the cluster")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from inventory.models import Cluster
+
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = Cluster.objects.order_by("name").defer("kubeconfig")

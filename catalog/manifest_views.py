@@ -6,13 +6,15 @@ from typing import Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.views import View
 
-from catalog.forms import GeneratorForm
+from catalog.feasibility import split_pod_manifest
+from catalog.forms import GeneratorForm, ValidateForm
 from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate, parse_command
+from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts
-from inventory.models import Cluster
+from inventory.models import Cluster, Pod
 
 
 def _spec_from(form: GeneratorForm) -> WorkloadSpec:
@@ -54,7 +56,13 @@ def generator_result(form: GeneratorForm) -> dict[str, Any]:
     except GeneratorError as exc:
         form.add_generator_errors(exc.errors)
         return {"form": form}
-    return {"form": form, "generated": generated, "spec": spec, "filename": f"{spec.name}.yaml"}
+    cluster = form.cleaned_data.get("cluster")
+    report = manifest_validate(text=generated.yaml, cluster=cluster, dry_run=form.cleaned_data.get("dry_run", False))
+    result = {"form": form, "generated": generated, "spec": spec, "filename": f"{spec.name}.yaml", "report": report}
+    if cluster is not None:
+        pod, claims, templates, _ = split_pod_manifest(generated.documents)
+        result.update(explanation_context(pod_explain(pod=pod, cluster=cluster, claims=[*claims, *templates])))
+    return result
 
 
 class GenerateView(LoginRequiredMixin, View):
@@ -93,3 +101,40 @@ class GenerateView(LoginRequiredMixin, View):
             return response
         template = f"{self.template_name}#output" if request.htmx else self.template_name
         return render(request, template, {**result, "shapes_dra": sorted(DRA_SHAPES)})
+
+
+def explanation_context(explanation: Any, *, limit: int = 40) -> dict[str, Any]:
+    """Nodes worth showing: the ones that fit first, then the nearest misses (fewest reasons), capped."""
+    nodes = sorted(explanation.nodes, key=lambda n: (not n.fits, len(n.reasons), n.name))[:limit]
+    return {"explanation": explanation, "nodes": nodes}
+
+
+class ValidateView(LoginRequiredMixin, View):
+    """Paste a manifest, pick a cluster: every validation layer, optionally a server-side dry run."""
+
+    template_name = "catalog/validate.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        cluster = Cluster.objects.order_by("name").first()
+        return render(request, self.template_name, {"form": ValidateForm(initial={"cluster": cluster})})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = ValidateForm(request.POST)
+        context: dict[str, Any] = {"form": form}
+        if form.is_valid():
+            context["report"] = manifest_validate(text=form.cleaned_data["manifest"],
+                                                  cluster=form.cleaned_data.get("cluster"),
+                                                  dry_run=form.cleaned_data.get("dry_run", False))
+        template = f"{self.template_name}#report" if request.htmx else self.template_name
+        return render(request, template, context)
+
+
+class PodExplainView(LoginRequiredMixin, View):
+    """The explainer's answer for a mirrored Pending pod, to show beside the scheduler's own message."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        pod = get_object_or_404(Pod.objects.live().select_related("cluster"), pk=pk)
+        # Listed items carry no apiVersion/kind; the status is the scheduler's, not an input.
+        manifest = {"apiVersion": "v1", "kind": "Pod", **{k: v for k, v in pod.raw.items() if k != "status"}}
+        explanation = pod_explain(pod=manifest, cluster=pod.cluster)
+        return render(request, "catalog/_pod_explanation.html", {"pod": pod, **explanation_context(explanation)})

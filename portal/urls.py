@@ -12,6 +12,7 @@ urlpatterns = [
     path("inventory/", include("inventory.urls")),
     path("catalog/", include("catalog.urls")),
     path("api/v1/catalog/", include("catalog.api.urls")),
+    path("api/v1/", include("catalog.api.manifest_urls")),
     path("api/v1/", include("inventory.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -129,6 +129,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Inventory, catalog, quota and chargeback for accelerators on Kubernetes.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "OfferingLifecycleEnum": "catalog.models.Lifecycle",
+        "LifecycleChangeEnum": ["active", "deprecated", "retired"],
+    },
 }
 
 # Redis: broker, and the watcher leases. Without REDIS_URL (embedded demo) the broker is kombu's filesystem
@@ -171,6 +175,8 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-discovery": {"task": "catalog.discovery_run", "schedule": 3600.0},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
+# The feasibility explainer reuses a cluster's scheduling snapshot (nodes, bound pods, DRA objects) this long.
+PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SECONDS", default=15.0)
 
 # Sync engine tuning.
 PORTAL_WATCH_WINDOW_SECONDS = env.int("PORTAL_WATCH_WINDOW_SECONDS", default=120)

@@ -1,0 +1,164 @@
+"""REST API of the tenant's main job: generate a manifest, validate any manifest, explain a pod's feasibility.
+
+Nothing here creates anything in a cluster; the optional dry run asks the API server with `dryRun=All`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.feasibility import ManifestError, load_objects, split_pod_manifest
+from catalog.generator import SHAPES, GeneratorError, WorkloadSpec, generate
+from catalog.models import Offering
+from catalog.services.manifests import manifest_validate, pod_explain
+from catalog.services.workloads import generator_facts
+from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.models import Cluster
+
+MAX_MANIFEST = 1 << 20
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class ClusterField(serializers.Field):
+    """A cluster by id or by name."""
+
+    default_error_messages = {"unknown": "No cluster {value!r}."}
+
+    def to_internal_value(self, data: Any) -> Cluster:
+        query = Cluster.objects.defer("kubeconfig")
+        cluster = None
+        if isinstance(data, int) and not isinstance(data, bool):
+            cluster = query.filter(pk=data).first()
+        elif isinstance(data, str) and data:
+            cluster = query.filter(pk=int(data)).first() if data.isdigit() else query.filter(name=data).first()
+        if cluster is None:
+            self.fail("unknown", value=str(data)[:80])
+        return cluster
+
+    def to_representation(self, value: Cluster) -> str:
+        return value.name
+
+
+class ValidateInputSerializer(serializers.Serializer):
+    manifest = serializers.CharField(max_length=MAX_MANIFEST, trim_whitespace=False,
+                                     help_text="YAML or JSON; several documents separated by ---, or a kind: List.")
+    cluster = ClusterField(required=False, help_text="Cluster id or name; without it only the cluster-independent "
+                                                     "layers run.")
+    dry_run = serializers.BooleanField(default=False, help_text="Also POST each document with dryRun=All.")
+
+
+class ManifestFindingSerializer(serializers.Serializer):
+    layer = serializers.CharField()
+    severity = serializers.ChoiceField(choices=["error", "warning", "info"])
+    path = serializers.CharField()
+    message = serializers.CharField()
+    fix = serializers.CharField()
+    code = serializers.CharField()
+
+
+class ReportSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    counts = serializers.DictField(child=serializers.IntegerField())
+    documents = serializers.ListField(child=serializers.DictField())
+    findings = ManifestFindingSerializer(many=True)
+
+
+class ManifestValidateView(PortalExceptionHandlerMixin, APIView):
+    """Validate a manifest layer by layer: parse, schema, semantics, policy, quota, feasibility, dry run."""
+
+    @extend_schema(request=ValidateInputSerializer, responses=ReportSerializer)
+    def post(self, request: Request) -> Response:
+        data = ValidateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        report = manifest_validate(text=data.validated_data["manifest"], cluster=data.validated_data.get("cluster"),
+                                   dry_run=data.validated_data["dry_run"])
+        return Response(report.as_json())
+
+
+class GenerateInputSerializer(serializers.Serializer):
+    offering = serializers.SlugRelatedField(slug_field="slug", queryset=Offering.objects.browsable())
+    cluster = ClusterField(required=False)
+    namespace = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63)
+    shape = serializers.ChoiceField(choices=list(SHAPES))
+    count = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    parallelism = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    image = serializers.CharField(max_length=255)
+    command = serializers.ListField(child=serializers.CharField(max_length=1000, allow_blank=True), max_length=64,
+                                    default=list)
+    cpu = serializers.CharField(max_length=20, default="4")
+    memory = serializers.CharField(max_length=20, default="16Gi")
+    min_memory_gib = serializers.IntegerField(min_value=1, max_value=4096, required=False, allow_null=True)
+    architecture = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
+    cuda = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
+    compute_capability = serializers.CharField(max_length=8, required=False, allow_blank=True, default="")
+    dry_run = serializers.BooleanField(default=False)
+
+
+class GenerateResultSerializer(serializers.Serializer):
+    yaml = serializers.CharField()
+    documents = serializers.ListField(child=serializers.DictField())
+    notes = serializers.ListField(child=serializers.CharField())
+    validation = ReportSerializer()
+
+
+class ManifestGenerateView(PortalExceptionHandlerMixin, APIView):
+    """Generate a commented, validated manifest for an offering (the page's generator, as an API)."""
+
+    @extend_schema(request=GenerateInputSerializer, responses=GenerateResultSerializer)
+    def post(self, request: Request) -> Response:
+        data = GenerateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        cluster, dry_run = values.pop("cluster", None), values.pop("dry_run")
+        facts = generator_facts(cluster=cluster, offering=values["offering"])
+        if facts.namespaces and values["namespace"] not in facts.namespaces:
+            return Response({"namespace": [f"{cluster.name} has no namespace {values['namespace']!r}."]},
+                            status=status.HTTP_400_BAD_REQUEST)
+        spec = WorkloadSpec(**values, device_driver=facts.driver, extended_resource_name=facts.extended_resource_name)
+        try:
+            generated = generate(spec)
+        except GeneratorError as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        report = manifest_validate(text=generated.yaml, cluster=cluster, dry_run=dry_run)
+        return Response({"yaml": generated.yaml, "documents": generated.documents, "notes": generated.notes,
+                         "validation": report.as_json()})
+
+
+class FeasibilityInputSerializer(serializers.Serializer):
+    cluster = ClusterField()
+    pod = serializers.DictField(required=False, help_text="A Pod manifest (or give `manifest`).")
+    manifest = serializers.CharField(max_length=MAX_MANIFEST, required=False, trim_whitespace=False,
+                                     help_text="YAML/JSON with one Pod or Job plus its ResourceClaim(Template)s.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("pod" in attrs) == ("manifest" in attrs):
+            raise serializers.ValidationError("Give exactly one of `pod` and `manifest`.")
+        return attrs
+
+
+class FeasibilityView(PortalExceptionHandlerMixin, APIView):
+    """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+
+    @extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        data = FeasibilityInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        cluster = data.validated_data["cluster"]
+        try:
+            objects = load_objects(data.validated_data["manifest"]) if "manifest" in data.validated_data else [
+                {"apiVersion": "v1", "kind": "Pod", **data.validated_data["pod"]}]
+            pod, claims, templates, notes = split_pod_manifest(objects)
+        except ManifestError as exc:
+            return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        explanation = pod_explain(pod=pod, cluster=cluster, claims=[*claims, *templates])
+        body = explanation.as_json()
+        body["notes"] = [*notes, *body.get("notes", [])]
+        return Response(body)

@@ -1,0 +1,183 @@
+"""Glue between the validator, the feasibility explainer and a cluster: the full validation used by the pages,
+the API and the generator.
+
+- Layers 1-4 come from `catalog.validation` with the cluster's context (`context_for_cluster`, cached like the
+  snapshot).
+- Layer 5 (feasibility) explains each pod against a snapshot of the cluster built from the inventory. The snapshot
+  is cached per cluster for `PORTAL_FEASIBILITY_SNAPSHOT_SECONDS` (default 15 s): building it reads every node and
+  bound pod, explaining against it takes milliseconds.
+- Layer 6 (dry run) is opt-in: each document is POSTed with `dryRun=All` to the real cluster; cluster I/O happens
+  outside any database transaction, and nothing is persisted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+
+from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snapshot_for_cluster
+from catalog.validation import Finding, ValidationContext, ValidationReport, context_for_cluster, validate_manifest
+from inventory.errors import ClusterError
+from inventory.models import Cluster
+from inventory.services.clients import client_for
+
+logger = logging.getLogger(__name__)
+
+_snapshots: dict[int, tuple[float, ClusterSnapshot]] = {}
+_contexts: dict[int, tuple[float, ValidationContext]] = {}
+_refreshing: set[tuple[int, int]] = set()
+_snapshot_lock = threading.Lock()
+MAX_FINDINGS_PER_POD = 12
+
+
+def _ttl() -> float:
+    return float(getattr(settings, "PORTAL_FEASIBILITY_SNAPSHOT_SECONDS", 15))
+
+
+def _cached(store: dict[int, tuple[float, Any]], cluster: Cluster, build: Any) -> Any:
+    """Per-cluster cache with stale-while-revalidate: a fresh value is returned as is; an expired one is returned
+    while one background thread rebuilds it (so only the very first request pays for reading a large cluster)."""
+    now = time.monotonic()
+    with _snapshot_lock:
+        cached = store.get(cluster.pk)
+        if cached and now - cached[0] < _ttl():
+            return cached[1]
+        key = (id(store), cluster.pk)
+        if cached and key not in _refreshing:
+            _refreshing.add(key)
+            threading.Thread(target=_refresh, args=(store, cluster, build, key), daemon=True).start()
+        if cached:
+            return cached[1]
+    value = build(cluster)
+    with _snapshot_lock:
+        store[cluster.pk] = (time.monotonic(), value)
+    return value
+
+
+def _refresh(store: dict[int, tuple[float, Any]], cluster: Cluster, build: Any, key: tuple[int, int]) -> None:
+    from django.db import connection
+
+    try:
+        value = build(cluster)
+        with _snapshot_lock:
+            store[cluster.pk] = (time.monotonic(), value)
+    except Exception:  # keep serving the previous value; the next request retries
+        logger.warning("refreshing the scheduling snapshot of cluster %s failed", cluster.pk, exc_info=True)
+    finally:
+        with _snapshot_lock:
+            _refreshing.discard(key)
+        connection.close()
+
+
+def cluster_context(cluster: Cluster) -> ValidationContext:
+    """The validator's view of the cluster (namespaces, resources, classes, quotas, taints), cached like the
+    snapshot: reading it for 5,000 nodes takes far longer than validating against it."""
+    return dataclasses.replace(_cached(_contexts, cluster, context_for_cluster))
+
+
+def cluster_snapshot(cluster: Cluster) -> ClusterSnapshot:
+    """The cluster's scheduling snapshot (cached; see `_cached`)."""
+    return _cached(_snapshots, cluster, snapshot_for_cluster)
+
+
+def snapshot_forget(cluster_id: int | None = None) -> None:
+    with _snapshot_lock:
+        if cluster_id is None:
+            _snapshots.clear()
+            _contexts.clear()
+        else:
+            _snapshots.pop(cluster_id, None)
+            _contexts.pop(cluster_id, None)
+
+
+def explanation_findings(explanation: Explanation) -> list[Finding]:
+    """An explanation as validator findings: an error with the scheduler-style summary, per-node detail as info."""
+    if explanation.schedulable:
+        findings = [Finding(layer="feasibility", severity="info", path="", code="fits",
+                            message=explanation.message)]
+    else:
+        # The most actionable hint is the fix: what would fit (a toleration, a smaller count), else the first.
+        fix = next((h for h in explanation.hints if "would fit" in h or "largest" in h),
+                   explanation.hints[0] if explanation.hints else "")
+        findings = [Finding(layer="feasibility", severity="error", path="", code="unschedulable",
+                            message=explanation.message, fix=fix)]
+    findings += [Finding(layer="feasibility", severity="info", path="", code="hint", message=h)
+                 for h in explanation.hints if h != findings[0].fix]
+    return findings[:MAX_FINDINGS_PER_POD]
+
+
+def _feasibility(cluster: Cluster) -> Any:
+    def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
+        snapshot = cluster_snapshot(cluster)
+        extra_claims = [c for c in claims if c.get("kind") == "ResourceClaim"]
+        templates = [c for c in claims if c.get("kind") == "ResourceClaimTemplate"]
+        explanation = explain_pod(pod, snapshot, extra_claims=extra_claims, extra_claim_templates=templates)
+        return explanation_findings(explanation)
+
+    return run
+
+
+def _dry_run(cluster: Cluster) -> Any:
+    def run(documents: list[dict[str, Any]]) -> list[Finding]:
+        findings: list[Finding] = []
+        try:
+            client = client_for(cluster)
+        except ClusterError as exc:
+            return [Finding(layer="dry-run", severity="warning", path="", code="dry-run-unavailable",
+                            message=f"The dry run could not reach {cluster.name}: {exc}")]
+        try:
+            for index, document in enumerate(documents):
+                path = f"documents[{index}]"
+                try:
+                    result = client.create_dry_run(document)
+                except ClusterError as exc:
+                    findings.append(Finding(layer="dry-run", severity="warning", path=path,
+                                            code="dry-run-unavailable", message=str(exc)[:500]))
+                    continue
+                if result.accepted:
+                    findings.append(Finding(layer="dry-run", severity="info", path=path, code="dry-run-accepted",
+                                            message=f"{cluster.name} accepted {document.get('kind')} (dry run; "
+                                                    "nothing was created)."))
+                    findings += [Finding(layer="dry-run", severity="warning", path=path, code="dry-run-warning",
+                                         message=w) for w in result.warnings]
+                elif result.status == 404 and result.reason == "NotFound" and "requested resource" in result.message:
+                    findings.append(Finding(layer="dry-run", severity="warning", path=path,
+                                            code="dry-run-kind-not-served",
+                                            message=f"{cluster.name} does not serve {document.get('apiVersion')} "
+                                                    f"{document.get('kind')}; not dry-run."))
+                else:
+                    findings.append(Finding(layer="dry-run", severity="error", path=path, code="dry-run-refused",
+                                            message=f"{cluster.name} refused it: {result.message}",
+                                            fix="; ".join(result.causes)[:500]))
+        finally:
+            client.close()
+        return findings
+
+    return run
+
+
+def validation_context(cluster: Cluster | None, *, dry_run: bool = False) -> ValidationContext:
+    if cluster is None:
+        return ValidationContext()
+    context = cluster_context(cluster)
+    context.feasibility = _feasibility(cluster)
+    if dry_run:
+        context.dry_run = _dry_run(cluster)
+    return context
+
+
+def manifest_validate(*, text: str, cluster: Cluster | None, dry_run: bool = False) -> ValidationReport:
+    """Validate a manifest against a cluster (or only the cluster-independent layers). Writes nothing."""
+    return validate_manifest(text, validation_context(cluster, dry_run=dry_run))
+
+
+def pod_explain(*, pod: dict[str, Any], cluster: Cluster, claims: list[dict[str, Any]] | None = None) -> Explanation:
+    claims = claims or []
+    return explain_pod(pod, cluster_snapshot(cluster),
+                       extra_claims=[c for c in claims if c.get("kind") == "ResourceClaim"],
+                       extra_claim_templates=[c for c in claims if c.get("kind") == "ResourceClaimTemplate"])

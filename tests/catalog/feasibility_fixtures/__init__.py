@@ -1,0 +1,1 @@
+"""Builders for feasibility tests: small Kubernetes objects as dicts."""
