@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.models import AuditEvent
+from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_record, audit_verify
+from tests.audit.conftest import record, tampering
 from tests.catalog.factories import OfferingFactory
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +43,8 @@ def test_chain_verifies_and_detects_tampering(platform_admin) -> None:
 
 @pytest.mark.parametrize("statement", [
     "UPDATE audit_auditevent SET verb = 'forged'",
+    "UPDATE audit_auditevent SET reason = 'forged'",
+    "UPDATE audit_auditevent SET hash_version = 1",
     "DELETE FROM audit_auditevent",
 ])
 def test_database_refuses_update_and_delete(platform_admin, statement) -> None:
@@ -62,3 +65,40 @@ def test_truncate_is_refused_without_the_test_only_setting(platform_admin) -> No
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
             cursor.execute("TRUNCATE audit_auditevent")
     assert AuditEvent.objects.count() == 1
+
+
+def _checkpoint() -> AuditCheckpoint:
+    from audit.checkpoints import checkpoint_create
+
+    return checkpoint_create()
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE audit_auditcheckpoint SET last_hash = repeat('0', 64)",
+    "UPDATE audit_auditcheckpoint SET signature = 'forged'",
+    "DELETE FROM audit_auditcheckpoint",
+])
+def test_database_refuses_update_and_delete_of_checkpoints(checkpoint_key, statement) -> None:
+    record(2)
+    checkpoint = _checkpoint()
+    with pytest.raises(DatabaseError, match="audit_auditcheckpoint is append-only"), transaction.atomic(), \
+            connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert AuditCheckpoint.objects.get().signature == checkpoint.signature
+
+
+def test_checkpoint_truncate_is_refused_without_the_test_only_setting(checkpoint_key) -> None:
+    _checkpoint()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL audit.allow_truncate = 'off'")
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            cursor.execute("TRUNCATE audit_auditcheckpoint")
+    assert AuditCheckpoint.objects.count() == 1
+
+
+def test_tampering_helper_restores_the_trigger() -> None:
+    record(1)
+    with tampering() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET reason = 'x'")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET reason = 'y'")

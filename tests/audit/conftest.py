@@ -1,0 +1,60 @@
+"""Audit test helpers: a target object, a way to append events, and SQL tampering with the triggers disabled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.db import connection, transaction
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from audit.services import audit_record
+from portal.roles import Role
+from tests.conftest import make_user
+
+KEY = "k" * 16 + "test-checkpoint-key-not-secret"
+
+
+@pytest.fixture
+def target(db: None) -> Group:
+    return Group.objects.create(name="audited-thing")
+
+
+def record(n: int, *, actor: Any = None, target: Any = None, **kwargs: Any) -> list[AuditEvent]:
+    """Append n events in one transaction (the target defaults to a fresh group)."""
+    target = target or Group.objects.get_or_create(name="audited-thing")[0]
+    with transaction.atomic():
+        return [audit_record(actor=actor, verb=f"test.{i}", target=target, data={"n": i}, **kwargs)
+                for i in range(n)]
+
+
+@contextmanager
+def tampering(table: str = "audit_auditevent") -> Iterator[Any]:
+    """A cursor that may UPDATE/DELETE the append-only table: what a database owner or superuser could do."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        try:
+            yield cursor
+        finally:
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+@pytest.fixture
+def checkpoint_key(settings: Any) -> str:
+    settings.PORTAL_AUDIT_CHECKPOINT_KEY = KEY
+    return KEY
+
+
+@pytest.fixture
+def plain_platform_admin(db: None) -> User:
+    """A platform admin who is not a superuser (the shared fixture is both)."""
+    return make_user("pa", Role.PLATFORM_ADMIN)
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
