@@ -13,17 +13,17 @@ from catalog.feasibility import split_pod_manifest
 from catalog.forms import GeneratorForm, ValidateForm
 from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate, parse_command
 from catalog.services.manifests import manifest_validate, pod_explain
-from catalog.services.workloads import generator_facts
+from catalog.services.workloads import generator_facts, namespace_error
 from inventory.models import Cluster, Pod
 
 
-def _spec_from(form: GeneratorForm) -> WorkloadSpec:
+def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
     data = form.cleaned_data
     offering, cluster = data["offering"], data.get("cluster")
-    facts = generator_facts(cluster=cluster, offering=offering)
+    facts = generator_facts(cluster=cluster, offering=offering, user=user)
     errors: dict[str, list[str]] = {}
-    if facts.namespaces and data["namespace"] not in facts.namespaces:
-        errors["namespace"] = [f"{cluster.name} has no namespace {data['namespace']!r}."]
+    if cluster is not None and data["namespace"] not in facts.namespaces:
+        errors["namespace"] = [namespace_error(cluster, data["namespace"], facts.namespaces)]
     try:
         command = parse_command(data.get("command") or "")
     except GeneratorError as exc:
@@ -46,12 +46,12 @@ def _spec_from(form: GeneratorForm) -> WorkloadSpec:
     return spec
 
 
-def generator_result(form: GeneratorForm) -> dict[str, Any]:
-    """Run the generator (and, when available, the validator) for a bound form."""
+def generator_result(form: GeneratorForm, user: Any) -> dict[str, Any]:
+    """Run the generator, the validator and the explainer for a bound form."""
     if not form.is_valid():
         return {"form": form}
     try:
-        spec = _spec_from(form)
+        spec = _spec_from(form, user)
         generated = generate(spec)
     except GeneratorError as exc:
         form.add_generator_errors(exc.errors)
@@ -75,7 +75,7 @@ class GenerateView(LoginRequiredMixin, View):
         cluster = Cluster.objects.order_by("name").first()
         if cluster is not None:
             initial["cluster"] = cluster.pk
-            facts = generator_facts(cluster=cluster, offering=None)
+            facts = generator_facts(cluster=cluster, offering=None, user=request.user)
             if facts.namespaces:
                 initial["namespace"] = facts.namespaces[0]
         return initial
@@ -91,10 +91,11 @@ class GenerateView(LoginRequiredMixin, View):
             offering = bound.fields["offering"].queryset.filter(slug=offering_slug).first()
             if offering is not None and offering.is_dra and bound.data.get("shape") not in DRA_SHAPES:
                 bound.data = {**bound.data, "shape": "claim-template-job"}
-        return render(request, self.template_name, {**generator_result(bound), "shapes_dra": sorted(DRA_SHAPES)})
+        return render(request, self.template_name, {**generator_result(bound, request.user),
+                                                    "shapes_dra": sorted(DRA_SHAPES)})
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        result = generator_result(GeneratorForm(request.POST))
+        result = generator_result(GeneratorForm(request.POST), request.user)
         if request.POST.get("download") and result.get("generated"):
             response = HttpResponse(result["generated"].yaml, content_type="application/yaml; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="{result["filename"]}"'

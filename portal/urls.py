@@ -11,9 +11,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("inventory/", include("inventory.urls")),
     path("catalog/", include("catalog.urls")),
+    path("", include("portal.tenant_urls")),
+    path("api/v1/", include("portal.api_urls")),
     path("api/v1/catalog/", include("catalog.api.urls")),
     path("api/v1/", include("catalog.api.manifest_urls")),
     path("api/v1/", include("inventory.api.urls")),
+    path("audit/", include("audit.urls")),
+    path("api/v1/", include("audit.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

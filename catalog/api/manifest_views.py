@@ -18,7 +18,7 @@ from catalog.feasibility import ManifestError, load_objects, split_pod_manifest
 from catalog.generator import SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.models import Offering
 from catalog.services.manifests import manifest_validate, pod_explain
-from catalog.services.workloads import generator_facts
+from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.models import Cluster
 
@@ -118,9 +118,9 @@ class ManifestGenerateView(PortalExceptionHandlerMixin, APIView):
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         cluster, dry_run = values.pop("cluster", None), values.pop("dry_run")
-        facts = generator_facts(cluster=cluster, offering=values["offering"])
-        if facts.namespaces and values["namespace"] not in facts.namespaces:
-            return Response({"namespace": [f"{cluster.name} has no namespace {values['namespace']!r}."]},
+        facts = generator_facts(cluster=cluster, offering=values["offering"], user=request.user)
+        if cluster is not None and values["namespace"] not in facts.namespaces:
+            return Response({"namespace": [namespace_error(cluster, values["namespace"], facts.namespaces)]},
                             status=status.HTTP_400_BAD_REQUEST)
         spec = WorkloadSpec(**values, device_driver=facts.driver, extended_resource_name=facts.extended_resource_name)
         try:

@@ -154,7 +154,8 @@ def offering_update(*, actor: Any, offering_id: int, data: dict[str, Any]) -> Of
     offering.curated = True
     offering.save()
     if changes:
-        audit_record(actor=actor, verb="offering.updated", target=offering, data={"changes": changes})
+        audit_record(actor=actor, verb="offering.updated", target=offering, data={"changes": changes},
+                     before={k: v["from"] for k, v in changes.items()}, after={k: v["to"] for k, v in changes.items()})
     return offering
 
 
@@ -196,7 +197,8 @@ def offering_lifecycle_change(*, actor: Any, offering_id: int, lifecycle: str,
     offering.save()
     after = {"lifecycle": offering.lifecycle, "replacement": offering.replacement_id,
              "retire_on": offering.retire_on.isoformat() if offering.retire_on else None}
-    audit_record(actor=actor, verb="offering.lifecycle_changed", target=offering, data=_diff(before, after))
+    audit_record(actor=actor, verb="offering.lifecycle_changed", target=offering, data=_diff(before, after),
+                 before=before, after=after)
     return offering
 
 

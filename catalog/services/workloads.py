@@ -1,10 +1,15 @@
-"""What the generator needs from the inventory: the cluster's namespaces, and for a DRA offering the DeviceClass's
-extendedResourceName and the driver whose attributes requirement selectors read."""
+"""What the generator needs from the inventory: the cluster's namespaces the user may target (their tenants'), and
+for a DRA offering the DeviceClass's extendedResourceName and the driver whose attributes requirement selectors
+read."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
 
 from catalog.models import Offering
 from inventory.models import Cluster, DeviceClass, Namespace
@@ -21,14 +26,21 @@ class GeneratorFacts:
     driver: str
 
 
-def generator_facts(*, cluster: Cluster | None, offering: Offering | None) -> GeneratorFacts:
+def user_namespaces(user: Any, cluster: Cluster) -> list[str] | None:
+    """The namespaces of `cluster` the user may target, from the tenancy layer (settings.PORTAL_USER_NAMESPACES);
+    None when no tenancy is configured."""
+    path = getattr(settings, "PORTAL_USER_NAMESPACES", "")
+    return list(import_string(path)(user, cluster)) if path and user is not None else None
+
+
+def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user: Any = None) -> GeneratorFacts:
     namespaces: tuple[str, ...] = ()
     extended, driver = "", DEFAULT_DRIVER
     if cluster is not None:
-        namespaces = tuple(
-            n for n in Namespace.objects.live().filter(cluster=cluster).order_by("name").values_list("name", flat=True)
-            if n not in SYSTEM_NAMESPACES
-        )
+        live = [n for n in Namespace.objects.live().filter(cluster=cluster).order_by("name")
+                .values_list("name", flat=True) if n not in SYSTEM_NAMESPACES]
+        allowed = user_namespaces(user, cluster)
+        namespaces = tuple(live if allowed is None else [n for n in live if n in set(allowed)])
         if offering is not None and offering.is_dra:
             raw = (DeviceClass.objects.live().filter(cluster=cluster, name=offering.device_class_name)
                    .values_list("raw", flat=True).first()) or {}
@@ -38,3 +50,10 @@ def generator_facts(*, cluster: Cluster | None, offering: Offering | None) -> Ge
             if drivers:
                 driver = drivers.most_common(1)[0][0]
     return GeneratorFacts(namespaces, extended, driver)
+
+
+def namespace_error(cluster: Cluster, namespace: str, allowed: tuple[str, ...]) -> str:
+    if not allowed:
+        return (f"You own no namespace in {cluster.name}: ask your team lead or a platform admin to map one to "
+                "your team.")
+    return f"{namespace!r} is not one of your namespaces in {cluster.name} ({', '.join(allowed[:10])})."

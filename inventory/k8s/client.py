@@ -30,7 +30,7 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
-from inventory.k8s.types import DRY_RUN_KINDS, DryRunResult, KindRef, ListPage, WatchEvent
+from inventory.k8s.types import DRY_RUN_KINDS, ApplyResult, DryRunResult, KindRef, ListPage, WatchEvent
 
 logger = logging.getLogger(__name__)
 
@@ -350,6 +350,38 @@ class KubernetesClusterClient:
         )
         return DryRunResult(False, status, str(data.get("reason") or reason)[:100],
                             str(data.get("message") or _status_message(body))[:2000], causes)
+
+    def apply_resource_quota(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult:
+        """Server-side apply of a ResourceQuota under our own field manager. A 409 (another manager owns a field) or
+        another refusal is a result; transport errors, 429 and 5xx raise ClusterUnreachableError (retryable)."""
+        meta = document.get("metadata") or {}
+        path = (f"/api/v1/namespaces/{quote(str(meta.get('namespace') or ''), safe='')}/resourcequotas/"
+                f"{quote(str(meta.get('name') or ''), safe='')}")
+        query = [("fieldManager", field_manager), ("fieldValidation", "Strict")] + ([("force", "true")] if force else [])
+        try:
+            request = self._api_client.param_serialize(
+                method="PATCH", resource_path=path, query_params=query, body=document,
+                header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self._api_client.call_api(*request, _request_timeout=self._timeout)
+            response.read()
+        except ApiException as exc:
+            status, body = exc.status or 0, exc.body
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnreachableError(f"apply resourcequota: {type(exc).__name__}: {str(exc)[:200]}") from None
+        else:
+            status, body = int(response.status), response.data
+        if status == 429 or status >= 500 or status == 0:
+            raise ClusterUnreachableError(f"apply resourcequota: HTTP {status} {_status_message(body)}", status=status)
+        data: Any = {}
+        with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+            data = orjson.loads(body or b"{}")
+        data = data if isinstance(data, dict) else {}
+        if 200 <= status < 300:
+            return ApplyResult(True, status, object=data)
+        return ApplyResult(False, status, conflict=status == 409, message=str(data.get("message") or
+                                                                             _status_message(body))[:2000])
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort on shutdown

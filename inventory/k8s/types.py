@@ -85,3 +85,14 @@ DRY_RUN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1", "resourceclaims"),
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """The API server's answer to a server-side apply (PATCH application/apply-patch+yaml)."""
+
+    applied: bool
+    status: int
+    conflict: bool = False  # another field manager owns a field we set (HTTP 409)
+    message: str = ""
+    object: dict[str, Any] = field(default_factory=dict)

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "audit.middleware.AuditContextMiddleware",  # outermost: every response carries X-Request-ID
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -63,6 +64,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "audit.context_processors.audit_nav",
             ],
         },
     }
@@ -173,8 +175,15 @@ CELERY_BEAT_SCHEDULE = {
     },
     "catalog-offerings-retire-due": {"task": "catalog.offerings_retire_due", "schedule": 3600.0},
     "catalog-discovery": {"task": "catalog.discovery_run", "schedule": 3600.0},
+    "portal-tenant-namespaces": {"task": "portal.tenant_namespaces_sync", "schedule": 60.0},
+    # Applying quota requests become active once the sync shows them; expiry; re-enqueue lost applies.
+    "portal-quota-confirm": {"task": "portal.quota_confirm", "schedule": env.float("PORTAL_QUOTA_CONFIRM_SECONDS",
+                                                                                   default=10.0)},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
+# How the catalog learns which namespaces a user may target without importing the portal (dependencies point
+# one way): a dotted path to `f(user, cluster) -> list[str]`.
+PORTAL_USER_NAMESPACES = "portal.tenancy.user_namespaces"
 # The feasibility explainer reuses a cluster's scheduling snapshot (nodes, bound pods, DRA objects) this long.
 PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SECONDS", default=15.0)
 
@@ -193,6 +202,23 @@ PORTAL_NODE_POOL_LABELS = env.list("PORTAL_NODE_POOL_LABELS", default=[
     "kubesim.io/node-pool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
     "karpenter.sh/nodepool", "kubernetes.azure.com/agentpool", "node.kubernetes.io/pool",
 ])
+
+# Audit log (docs/audit.md). Readers of /audit/ and /api/v1/audit-events/ by group name; superusers always.
+PORTAL_AUDIT_READER_GROUPS = env.list("PORTAL_AUDIT_READER_GROUPS", default=["platform-admin", "finance"])
+# Direct peers (IPs or CIDRs of our reverse proxies) whose X-Forwarded-For is believed for the client address of
+# audit events; empty: REMOTE_ADDR only.
+PORTAL_TRUSTED_PROXIES = env.list("PORTAL_TRUSTED_PROXIES", default=[])
+# HMAC-SHA256 key (>= 32 characters) signing audit chain checkpoints. No default: without it checkpoints are off.
+PORTAL_AUDIT_CHECKPOINT_KEY = env("PORTAL_AUDIT_CHECKPOINT_KEY", default="")
+# Retired checkpoint keys, only to verify checkpoints signed before a key rotation.
+PORTAL_AUDIT_CHECKPOINT_OLD_KEYS = env.list("PORTAL_AUDIT_CHECKPOINT_OLD_KEYS", default=[])
+# The hourly checkpoint also appends its signed line here (keep it off the database host, e.g. WORM storage).
+PORTAL_AUDIT_CHECKPOINT_FILE = env("PORTAL_AUDIT_CHECKPOINT_FILE", default="")
+if PORTAL_AUDIT_CHECKPOINT_KEY:
+    CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
+        "task": "audit.checkpoint",
+        "schedule": env.float("PORTAL_AUDIT_CHECKPOINT_SECONDS", default=3600.0),
+    }
 
 LOGGING = {
     "version": 1,

@@ -11,6 +11,7 @@ from tests.browser.test_catalog_pages import log_in, shot
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
+from tests.portal.factories import give_namespaces
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -20,7 +21,7 @@ def test_generate_validate_and_explain_a_mig_job(page: Page, live_server, demo_c
 
     snapshot_forget()
     OfferingFactory(slug="mig-1g", name="A100 MIG 1g.10gb", unit_kind="mig", resource_name="nvidia.com/mig-1g.10gb")
-    make_user("tenant", Role.TENANT_MEMBER)
+    give_namespaces(make_user("tenant", Role.TENANT_MEMBER), demo_cluster, "batch-jobs", "ml-inference")
     log_in(page, live_server, "tenant", "/catalog/generate/?offering=mig-1g")
 
     page.select_option("#id_cluster", label="demo")

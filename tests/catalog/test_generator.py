@@ -5,6 +5,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from catalog.generator import GeneratorError, WorkloadSpec, generate, parse_command
@@ -12,6 +13,7 @@ from catalog.models import Offering
 from inventory.models import DeviceClass, Namespace
 from tests.catalog.factories import OfferingFactory
 from tests.inventory.factories import ClusterFactory
+from tests.portal.factories import give_namespaces
 
 H200 = {"slug": "h200", "name": "H200 training", "unit_kind": "whole", "resource_name": "nvidia.com/gpu",
             "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H200"}, "lifecycle": "active",
@@ -179,6 +181,7 @@ def _post(client, world, **overrides):
 
 
 def test_page_renders_the_yaml_live(client, member, world) -> None:
+    give_namespaces(member, world["cluster"], "ml-research")
     client.force_login(member)
     page = client.get(reverse("catalog:generate") + "?offering=l40s")
     assert page.status_code == 200
@@ -191,14 +194,27 @@ def test_page_renders_the_yaml_live(client, member, world) -> None:
 
 
 def test_page_shows_errors_and_no_yaml(client, member, world) -> None:
+    give_namespaces(member, world["cluster"], "ml-research")
     client.force_login(member)
     response = _post(client, world, namespace="team-x", image="bad image")
     body = response.content.decode()
-    assert "lab has no namespace" in body
+    assert "not one of your namespaces in lab" in body
     assert "image" in body
     assert "apiVersion" not in body
     hostile = _post(client, world, name="<script>alert(1)</script>")
     assert b"<script>alert(1)" not in hostile.content
+
+
+def test_only_the_users_tenant_namespaces_can_be_targeted(client, member, world) -> None:
+    client.force_login(member)
+    body = _post(client, world).content.decode()
+    assert "You own no namespace in lab" in body  # no tenant yet
+    assert "apiVersion" not in body
+    Namespace.objects.create(cluster=world["cluster"], uid="other", name="other-team", resource_version="1", raw={})
+    give_namespaces(member, world["cluster"], "ml-research")
+    give_namespaces(User.objects.create_user("someone"), world["cluster"], "other-team", tenant_slug="team-b")
+    assert b"not one of your namespaces" in _post(client, world, namespace="other-team").content
+    assert b"apiVersion" in _post(client, world, namespace="ml-research").content
 
 
 def test_page_needs_login(client, world) -> None:

@@ -20,6 +20,7 @@ from inventory.services.clusters import cluster_register
 from inventory.services.sync import cluster_sync_once
 from kubesim import Simulator
 from tests.catalog.factories import OfferingFactory
+from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +49,7 @@ def _api(user) -> APIClient:
 
 
 def _generate(user, cluster, **overrides) -> dict:
+    give_namespaces(user, cluster, "ml-inference", "batch-jobs")
     payload = {"offering": "mig-1g", "cluster": cluster.name, "namespace": "ml-inference", "name": "embed",
                "shape": "job", "count": 1, "image": "nvcr.io/nvidia/tritonserver:25.01-py3",
                "command": ["tritonserver", "--model-repository=/models"], "cpu": "4", "memory": "16Gi", **overrides}

@@ -74,6 +74,7 @@ class Command(BaseCommand):
             call_command("demo_users")
             call_command("cluster_add", "demo", "--kubeconfig", str(kubeconfig), "--description", "kubesim demo")
             call_command("sync", "--cluster", "demo", "--once")
+            call_command("demo_tenants")  # tenants mapped by the demo's namespace label, member/lead in ml-research
             call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
             call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
             celery = [python, "-m", "celery", "-A", "portal"]

@@ -1,0 +1,39 @@
+"""Notifications: an in-app inbox row per recipient, written in the caller's transaction, and an e-mail through
+Django's mail backend after commit (a mail failure is logged, never undoes the change)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+
+from portal.models import Notification
+from portal.roles import Role
+
+logger = logging.getLogger(__name__)
+
+
+def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "") -> int:
+    recipients = {u.pk: u for u in users if u is not None and getattr(u, "is_active", True)}
+    Notification.objects.bulk_create([Notification(user_id=pk, subject=subject[:200], body=body[:4000],
+                                                   url=url[:300]) for pk in recipients])
+    emails = sorted({u.email for u in recipients.values() if u.email})
+
+    def mail() -> None:
+        if not emails:
+            return
+        try:
+            send_mail(subject[:200], f"{body}\n\n{url}".strip(), None, emails)
+        except Exception:  # the change is committed; the inbox has it
+            logger.warning("notification e-mail failed for %d recipients", len(emails), exc_info=True)
+
+    transaction.on_commit(mail)
+    return len(recipients)
+
+
+def approvers() -> list[Any]:
+    return list(get_user_model().objects.filter(groups__name=Role.APPROVER.value, is_active=True).distinct())

@@ -1,0 +1,344 @@
+"""Quota requests: draft → submitted → approved/denied/withdrawn → applying → active → expired (or failed, retryable).
+
+Every transition is one durable transaction under a row lock, idempotent, with its audit event. Cluster I/O
+(server-side apply of the namespace's `portal-accelerators` ResourceQuota under our own field manager) happens in
+a Celery task after commit; a request becomes active only when the sync shows the applied values in the cluster.
+The applied quota is always the *desired state* of the namespace — the sum of every granted, unexpired request per
+quota key — so applying twice, or after a worker was killed, gives the same result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import audit_record
+from catalog.models import DRA_KINDS, Lifecycle, Offering
+from inventory.errors import PortalError
+from inventory.models import DeviceClass, ResourceQuota
+from portal.models import (
+    DEFAULT_APPROVALS,
+    DEFAULT_APPROVALS_ABOVE,
+    DEFAULT_THRESHOLD,
+    QuotaDecision,
+    QuotaPolicy,
+    QuotaRequest,
+    TenantMembership,
+    TenantNamespace,
+)
+from portal.notifications import approvers, notify
+from portal.roles import Role, user_has_role
+
+logger = logging.getLogger(__name__)
+
+QUOTA_NAME = "portal-accelerators"
+FIELD_MANAGER = "accelerator-portal"
+GRANTED = (QuotaRequest.State.APPLYING, QuotaRequest.State.ACTIVE, QuotaRequest.State.FAILED)
+MAX_UNITS = 10_000
+State = QuotaRequest.State
+
+
+class QuotaRequestError(PortalError):
+    pass
+
+
+class QuotaStateError(QuotaRequestError):
+    """The request is not in a state that allows this (maps to HTTP 409)."""
+
+
+def quota_keys(offering: Offering, *, extended_resource_name: str = "") -> list[str]:
+    """The ResourceQuota keys that count this offering's units."""
+    if offering.unit_kind in DRA_KINDS:
+        name = offering.device_class_name
+        keys = [f"{name}.deviceclass.resource.k8s.io/devices", f"requests.deviceclass.resource.kubernetes.io/{name}"]
+        if extended_resource_name:
+            keys.append(f"requests.{extended_resource_name}")
+        return keys
+    return [f"requests.{offering.resource_name}"]
+
+
+def _extended_name(request: QuotaRequest) -> str:
+    if request.offering.unit_kind not in DRA_KINDS:
+        return ""
+    raw = (DeviceClass.objects.live().filter(cluster_id=request.cluster_id, name=request.offering.device_class_name)
+           .values_list("raw", flat=True).first()) or {}
+    return str((raw.get("spec") or {}).get("extendedResourceName") or "")
+
+
+def desired_hard(cluster_id: int, namespace: str) -> dict[str, str]:
+    """The portal's quota for a namespace: granted, unexpired units summed per key."""
+    totals: dict[str, int] = defaultdict(int)
+    for request in QuotaRequest.objects.filter(cluster_id=cluster_id, namespace=namespace, state__in=GRANTED
+                                               ).select_related("offering"):
+        for key in quota_keys(request.offering, extended_resource_name=_extended_name(request)):
+            totals[key] += request.units
+    return {key: str(value) for key, value in sorted(totals.items())}
+
+
+def approvals_required(offering: Offering, units: int) -> int:
+    policy = QuotaPolicy.objects.filter(offering=offering).first()
+    approvals = policy.approvals if policy else DEFAULT_APPROVALS
+    threshold = policy.threshold_units if policy else DEFAULT_THRESHOLD
+    above = policy.approvals_above if policy else DEFAULT_APPROVALS_ABOVE
+    return max(approvals, above) if threshold is not None and units > threshold else approvals
+
+
+def _locked(request_id: int) -> QuotaRequest:
+    return QuotaRequest.objects.select_for_update(of=("self",)).select_related("offering", "tenant").get(
+        pk=request_id)
+
+
+def _snapshot(request: QuotaRequest) -> dict[str, Any]:
+    return {"state": request.state, "units": request.units, "namespace": request.namespace,
+            "offering": request.offering.slug, "ends_at": request.ends_at.isoformat() if request.ends_at else None}
+
+
+@transaction.atomic(durable=True)
+def quota_request_create(*, actor: Any, cluster_id: int, namespace: str, offering_id: int, units: int,
+                         justification: str, ends_at: dt.datetime | None = None, submit: bool = True) -> QuotaRequest:
+    """A tenant lead asks for units of an offering in one of their tenant's namespaces."""
+    owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).select_related("tenant").first()
+    if owner is None:
+        raise QuotaRequestError(f"Namespace {namespace!r} belongs to no tenant in this cluster.")
+    if not TenantMembership.objects.filter(tenant=owner.tenant, user=actor, role=TenantMembership.Role.LEAD).exists():
+        raise QuotaRequestError(f"Only a lead of {owner.tenant.name} may request quota for {namespace}.")
+    offering = Offering.objects.get(pk=offering_id)
+    if offering.lifecycle not in {Lifecycle.ACTIVE, Lifecycle.DEPRECATED}:
+        raise QuotaRequestError(f"{offering.name} is {offering.get_lifecycle_display().lower()}; it takes no "
+                                "new quota.")
+    if not isinstance(units, int) or not 1 <= units <= MAX_UNITS:
+        raise QuotaRequestError(f"Request between 1 and {MAX_UNITS} units.")
+    if ends_at is not None and ends_at <= timezone.now():
+        raise QuotaRequestError("The end of the period must be in the future.")
+    if not (justification or "").strip():
+        raise QuotaRequestError("A justification is required.")
+    request = QuotaRequest.objects.create(
+        tenant=owner.tenant, cluster_id=cluster_id, namespace=namespace, offering=offering, units=units,
+        ends_at=ends_at, justification=justification.strip()[:4000], requested_by=actor,
+        state=State.SUBMITTED if submit else State.DRAFT, approvals_required=approvals_required(offering, units),
+    )
+    audit_record(actor=actor, verb="quota_request.created", target=request, after=_snapshot(request),
+                 reason=request.justification[:500])
+    if request.state == State.SUBMITTED:
+        _notify_submitted(request)
+    return request
+
+
+def _url(request: QuotaRequest) -> str:
+    from django.urls import reverse
+
+    return reverse("portal:quota_request_detail", kwargs={"pk": request.pk})
+
+
+def _notify_submitted(request: QuotaRequest) -> None:
+    notify(users=[u for u in approvers() if u.pk != request.requested_by_id],
+           subject=f"Quota request #{request.pk}: {request.units} x {request.offering.name} for "
+                   f"{request.namespace}", body=request.justification[:1000], url=_url(request))
+
+
+def _notify_requester(request: QuotaRequest, what: str) -> None:
+    notify(users=[request.requested_by], subject=f"Quota request #{request.pk} {what}",
+           body=f"{request.units} x {request.offering.name} in {request.namespace}", url=_url(request))
+
+
+@transaction.atomic(durable=True)
+def quota_request_submit(*, actor: Any, request_id: int) -> QuotaRequest:
+    request = _locked(request_id)
+    if request.state == State.SUBMITTED:
+        return request
+    if request.state != State.DRAFT or request.requested_by_id != actor.pk:
+        raise QuotaStateError(f"Cannot submit a request that is {request.get_state_display().lower()}.")
+    before = _snapshot(request)
+    request.state = State.SUBMITTED
+    request.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, verb="quota_request.submitted", target=request, before=before, after=_snapshot(request))
+    _notify_submitted(request)
+    return request
+
+
+@transaction.atomic(durable=True)
+def quota_request_withdraw(*, actor: Any, request_id: int) -> QuotaRequest:
+    request = _locked(request_id)
+    if request.state == State.WITHDRAWN:
+        return request
+    if request.requested_by_id != actor.pk:
+        raise QuotaStateError("Only the requester may withdraw a request.")
+    if request.state not in {State.DRAFT, State.SUBMITTED}:
+        raise QuotaStateError(f"Cannot withdraw a request that is {request.get_state_display().lower()}.")
+    before = _snapshot(request)
+    request.state = State.WITHDRAWN
+    request.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, verb="quota_request.withdrawn", target=request, before=before, after=_snapshot(request))
+    return request
+
+
+@transaction.atomic(durable=True)
+def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment: str = "") -> QuotaRequest:
+    """Record one approver's decision. A denial ends the request; enough distinct approvals apply it."""
+    if not user_has_role(actor, Role.APPROVER):
+        raise QuotaRequestError("Only approvers decide quota requests.")
+    request = _locked(request_id)
+    if request.requested_by_id == actor.pk:
+        raise QuotaRequestError("Requesters cannot approve or deny their own request.")
+    if TenantMembership.objects.filter(tenant=request.tenant, user=actor).exists():
+        raise QuotaRequestError(f"Members of {request.tenant.name} cannot decide its requests.")
+    previous = QuotaDecision.objects.filter(request=request, approver=actor).first()
+    if previous is not None:
+        if previous.decision == ("approve" if approve else "deny"):
+            return request  # idempotent repeat
+        raise QuotaStateError("You have already decided this request.")
+    if request.state != State.SUBMITTED:
+        raise QuotaStateError(f"Cannot decide a request that is {request.get_state_display().lower()}.")
+    before = _snapshot(request)
+    QuotaDecision.objects.create(request=request, approver=actor, decision="approve" if approve else "deny",
+                                 comment=(comment or "")[:4000])
+    approvals = QuotaDecision.objects.filter(request=request, decision="approve").count()
+    if not approve:
+        request.state = State.DENIED
+    elif approvals >= request.approvals_required:
+        request.state = State.APPLYING
+    request.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, verb="quota_request.approved" if approve else "quota_request.denied", target=request,
+                 before=before, after={**_snapshot(request), "approvals": approvals,
+                                       "required": request.approvals_required}, reason=comment[:500])
+    if request.state == State.APPLYING:
+        _enqueue_apply(request)
+        _notify_requester(request, "was approved and is being applied")
+    elif request.state == State.DENIED:
+        _notify_requester(request, f"was denied: {comment[:200]}")
+    return request
+
+
+def _enqueue_apply(request: QuotaRequest) -> None:
+    from portal.tasks import quota_apply_task
+
+    cluster_id, namespace = request.cluster_id, request.namespace
+    transaction.on_commit(lambda: quota_apply_task.delay(cluster_id, namespace))
+
+
+@transaction.atomic(durable=True)
+def quota_request_retry(*, actor: Any, request_id: int) -> QuotaRequest:
+    """An approver or platform admin retries a failed apply."""
+    if not (user_has_role(actor, Role.APPROVER) or user_has_role(actor, Role.PLATFORM_ADMIN)):
+        raise QuotaRequestError("Only approvers and platform admins retry applies.")
+    request = _locked(request_id)
+    if request.state == State.APPLYING:
+        return request
+    if request.state != State.FAILED:
+        raise QuotaStateError(f"Only a failed apply can be retried (the request is {request.state}).")
+    request.state = State.APPLYING
+    request.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, verb="quota_request.retried", target=request, after=_snapshot(request))
+    _enqueue_apply(request)
+    return request
+
+
+# ------------------------------------------------------------------------------------------------ cluster side
+
+
+def quota_document(cluster_id: int, namespace: str) -> dict[str, Any]:
+    """The object we apply: only the fields we own. Keys no longer granted are simply absent, which makes SSA
+    remove them (we owned them)."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": QUOTA_NAME, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER}},
+            "spec": {"hard": desired_hard(cluster_id, namespace)}}
+
+
+def quota_apply(*, cluster_id: int, namespace: str, client_factory: Any = None) -> str:
+    """Apply the namespace's desired quota (outside any transaction), then record the answer on the requests.
+
+    Returns "applied", "conflict" or "refused". Raises ClusterUnreachableError for retryable failures.
+    """
+    from inventory.models import Cluster
+    from inventory.services.clients import client_for
+
+    cluster = Cluster.objects.get(pk=cluster_id)
+    document = quota_document(cluster_id, namespace)
+    client = (client_factory or client_for)(cluster)
+    try:
+        result = client.apply_resource_quota(document, field_manager=FIELD_MANAGER)
+    finally:
+        client.close()
+    outcome = "applied" if result.applied else ("conflict" if result.conflict else "refused")
+    _record_apply(cluster_id, namespace, document["spec"]["hard"], outcome, result.message)
+    return outcome
+
+
+@transaction.atomic
+def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome: str, message: str) -> None:
+    now = timezone.now()
+    requests = list(QuotaRequest.objects.select_for_update().filter(
+        cluster_id=cluster_id, namespace=namespace, state__in=(State.APPLYING, State.FAILED)))
+    for request in requests:
+        request.apply_attempts += 1
+        request.apply_attempted_at = now
+        request.applied_hard = hard
+        if outcome == "applied":
+            request.apply_error = ""
+        else:
+            request.state = State.FAILED
+            request.apply_error = (f"{'Field manager conflict' if outcome == 'conflict' else 'The cluster refused'}: "
+                                   f"{message}")[:2000]
+            notify(users=[request.requested_by, *approvers()], subject=f"Quota request #{request.pk}: apply failed",
+                   body=request.apply_error[:1000], url=_url(request))
+        request.save()
+        audit_record(actor=None, verb=f"quota_request.apply_{outcome}", target=request,
+                     after={"hard": hard, "namespace": namespace, "message": message[:500]})
+
+
+def quota_apply_failed(*, cluster_id: int, namespace: str, error: str) -> None:
+    """Retries are exhausted: the requests become failed with the error, visible and retryable."""
+    _record_apply(cluster_id, namespace, desired_hard(cluster_id, namespace), "refused", error)
+
+
+def _quota_shows(cluster_id: int, namespace: str, hard: dict[str, str]) -> bool:
+    from inventory.k8s.quantity import parse_quantity
+
+    mirrored = ResourceQuota.objects.live().filter(cluster_id=cluster_id, namespace=namespace, name=QUOTA_NAME
+                                                   ).values_list("hard", flat=True).first()
+    if mirrored is None:
+        return False
+    try:
+        return all(parse_quantity(mirrored.get(k, "-1")) == parse_quantity(v) for k, v in hard.items())
+    except ValueError:
+        return False
+
+
+def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
+    """Beat: applying requests whose quota the sync now shows become active; expired ones are lowered in the
+    cluster; applies that never happened (worker killed) are re-enqueued. Idempotent."""
+    now = now or timezone.now()
+    counts = {"activated": 0, "expired": 0, "reenqueued": 0}
+    with transaction.atomic():
+        for request in QuotaRequest.objects.select_for_update().filter(state=State.ACTIVE, ends_at__lte=now):
+            before = _snapshot(request)
+            request.state = State.EXPIRED
+            request.save(update_fields=["state", "updated_at"])
+            audit_record(actor=None, verb="quota_request.expired", target=request, before=before,
+                         after=_snapshot(request))
+            _enqueue_apply(request)
+            counts["expired"] += 1
+    applying = QuotaRequest.objects.filter(state=State.APPLYING).values_list("pk", "cluster_id", "namespace")
+    for pk, cluster_id, namespace in applying:
+        with transaction.atomic():
+            request = QuotaRequest.objects.select_for_update().filter(pk=pk, state=State.APPLYING).first()
+            if request is None:
+                continue
+            if request.applied_hard and _quota_shows(cluster_id, namespace, desired_hard(cluster_id, namespace)):
+                before = _snapshot(request)
+                request.state = State.ACTIVE
+                request.save(update_fields=["state", "updated_at"])
+                audit_record(actor=None, verb="quota_request.active", target=request, before=before,
+                             after={**_snapshot(request), "hard": request.applied_hard})
+                _notify_requester(request, "is active in the cluster")
+                counts["activated"] += 1
+            elif request.apply_attempted_at is None or now - request.apply_attempted_at > dt.timedelta(minutes=2):
+                _enqueue_apply(request)
+                counts["reenqueued"] += 1
+    return counts

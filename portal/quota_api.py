@@ -1,0 +1,210 @@
+"""REST API for quota: requests (create, list, approve/deny/withdraw/retry) with the approver's context, and the
+namespaces' quotas (hard, used, headroom). Querysets are scoped to the user's tenants; approvers see every tenant."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import QuerySet, Sum
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from catalog.models import Offering
+from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.k8s.quantity import parse_quantity
+from inventory.models import Cluster, Device, ResourceQuota
+from portal.models import QuotaDecision, QuotaRequest, TenantNamespace
+from portal.quota import (
+    QuotaStateError,
+    quota_keys,
+    quota_request_create,
+    quota_request_decide,
+    quota_request_retry,
+    quota_request_withdraw,
+)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(parse_quantity(value))
+    except ValueError:
+        return 0
+
+
+def quota_rows(user: Any) -> list[dict[str, Any]]:
+    """Per namespace the user may see and per accelerator quota key: hard, used, headroom, pending units."""
+    owned = list(TenantNamespace.objects.visible_to(user).select_related("tenant", "cluster"))
+    keys_to_offerings: dict[str, list[str]] = defaultdict(list)
+    for offering in Offering.objects.browsable():
+        for key in quota_keys(offering):
+            keys_to_offerings[key].append(offering.slug)
+    pending: dict[tuple[int, str, str], int] = defaultdict(int)
+    for r in QuotaRequest.objects.filter(state__in=["submitted", "approved", "applying"]).select_related("offering"):
+        pending[(r.cluster_id, r.namespace, quota_keys(r.offering)[0])] += r.units
+    rows = []
+    for tn in owned:
+        for quota in ResourceQuota.objects.live().filter(cluster=tn.cluster, namespace=tn.namespace):
+            for key, hard in sorted((quota.hard or {}).items()):
+                if key not in keys_to_offerings:
+                    continue
+                used = _int((quota.used or {}).get(key, 0))
+                rows.append({"cluster": tn.cluster.name, "namespace": tn.namespace, "tenant": tn.tenant.slug,
+                             "quota": quota.name, "key": key, "offerings": keys_to_offerings[key], "hard": _int(hard),
+                             "used": used, "headroom": max(_int(hard) - used, 0),
+                             "pending_units": pending.get((tn.cluster_id, tn.namespace, key), 0)})
+    return rows
+
+
+def request_context(request: QuotaRequest) -> dict[str, Any]:
+    """What an approver needs to decide: usage, free capacity, and granted quota against physical capacity."""
+    key = quota_keys(request.offering)[0]
+    quotas = list(ResourceQuota.objects.live().filter(cluster_id=request.cluster_id).values("namespace", "hard",
+                                                                                             "used"))
+    granted_now = sum(_int(q["hard"].get(key, 0)) for q in quotas)
+    used_here = sum(_int(q["used"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace)
+    hard_here = max((_int(q["hard"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace), default=0)
+    if request.offering.is_dra:
+        physical = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).aggregate(
+            n=Sum("quota_capacity"))["n"] or 0
+    else:
+        physical = Device.objects.filter(cluster_id=request.cluster_id, path="device-plugin",
+                                         resource_name=request.offering.resource_name).aggregate(
+            n=Sum("allocatable"))["n"] or 0
+    free = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).aggregate(n=Sum("free"))["n"]
+    # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
+    pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED,
+                                QuotaRequest.State.APPLYING, QuotaRequest.State.FAILED}
+    granted_after = granted_now + (request.units if pending else 0)
+    return {"quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
+            "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
+            "physical_capacity": physical,
+            "oversubscription": round(granted_after / physical, 3) if physical else None}
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    approver = serializers.CharField(source="approver.username", read_only=True)
+
+    class Meta:
+        model = QuotaDecision
+        fields = ["approver", "decision", "comment", "decided_at"]
+        read_only_fields = fields
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    offering = serializers.CharField(source="offering.slug", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decisions = DecisionSerializer(many=True, read_only=True)
+    context = serializers.SerializerMethodField()
+
+    class Meta:
+        model = QuotaRequest
+        fields = ["id", "tenant", "cluster", "namespace", "offering", "units", "ends_at", "justification",
+                  "requested_by", "state", "approvals_required", "decisions", "apply_error", "apply_attempts",
+                  "applied_hard", "context", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_context(self, obj: QuotaRequest) -> dict[str, Any]:
+        return request_context(obj)
+
+
+class QuotaRequestInputSerializer(serializers.Serializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    namespace = serializers.CharField(max_length=63)
+    offering = serializers.SlugRelatedField(slug_field="slug", queryset=Offering.objects.all())
+    units = serializers.IntegerField(min_value=1, max_value=10_000)
+    ends_at = serializers.DateTimeField(required=False, allow_null=True)
+    justification = serializers.CharField(max_length=4000)
+    submit = serializers.BooleanField(default=True)
+
+
+class DecisionInputSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+
+class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = QuotaRequestSerializer
+
+    def get_queryset(self) -> QuerySet[QuotaRequest]:
+        return QuotaRequest.objects.visible_to(self.request.user).select_related(
+            "tenant", "cluster", "offering", "requested_by").prefetch_related("decisions__approver")
+
+    def get_exception_handler(self) -> Any:
+        handler = super().get_exception_handler()
+
+        def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+            if isinstance(exc, QuotaStateError):
+                return Response({"detail": str(exc), "code": type(exc).__name__}, status=status.HTTP_409_CONFLICT)
+            return handler(exc, context)
+
+        return handle
+
+    @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = QuotaRequestInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        created = quota_request_create(
+            actor=request.user, cluster_id=values["cluster"].pk, namespace=values["namespace"],
+            offering_id=values["offering"].pk, units=values["units"], ends_at=values.get("ends_at"),
+            justification=values["justification"], submit=values["submit"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=created.pk)).data,
+                        status=status.HTTP_201_CREATED)
+
+    def _act(self, request: Request, service: Any, **kwargs: Any) -> Response:
+        target = self.get_object()
+        service(actor=request.user, request_id=target.pk, **kwargs)
+        return Response(self.get_serializer(self.get_queryset().get(pk=target.pk)).data)
+
+    @extend_schema(request=DecisionInputSerializer, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        comment = DecisionInputSerializer(data=request.data)
+        comment.is_valid(raise_exception=True)
+        return self._act(request, quota_request_decide, approve=True, comment=comment.validated_data["comment"])
+
+    @extend_schema(request=DecisionInputSerializer, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def deny(self, request: Request, pk: str) -> Response:
+        comment = DecisionInputSerializer(data=request.data)
+        comment.is_valid(raise_exception=True)
+        return self._act(request, quota_request_decide, approve=False, comment=comment.validated_data["comment"])
+
+    @extend_schema(request=None, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str) -> Response:
+        return self._act(request, quota_request_withdraw)
+
+    @extend_schema(request=None, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        return self._act(request, quota_request_retry)
+
+
+class QuotaSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    namespace = serializers.CharField()
+    tenant = serializers.CharField()
+    key = serializers.CharField()
+    offerings = serializers.ListField(child=serializers.CharField())
+    hard = serializers.IntegerField()
+    used = serializers.IntegerField()
+    headroom = serializers.IntegerField()
+    pending_units = serializers.IntegerField()
+
+
+class QuotaViewSet(PortalExceptionHandlerMixin, viewsets.GenericViewSet):
+    """Per namespace and quota key (with the offerings it counts): hard, used, headroom and pending requests."""
+
+    serializer_class = QuotaSerializer
+    pagination_class = None
+    queryset = ResourceQuota.objects.none()  # rows are computed; see list()
+
+    @extend_schema(responses=QuotaSerializer(many=True))
+    def list(self, request: Request) -> Response:
+        return Response(QuotaSerializer(quota_rows(request.user), many=True).data)

@@ -1,0 +1,10 @@
+from django.urls import include, path
+
+from portal import views
+
+app_name = "portal"
+urlpatterns = [
+    path("tenants/", views.TenantListView.as_view(), name="tenant_list"),
+    path("tenants/<slug:slug>/", views.TenantDetailView.as_view(), name="tenant_detail"),
+    path("quota/", include("portal.quota_urls")),
+]

@@ -1,0 +1,89 @@
+"""Quota pages: permission matrix, the two-user flow through the pages, notifications, other tenants' 404s."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+
+from portal.models import Notification, QuotaRequest
+from tests.catalog.factories import OfferingFactory
+from tests.inventory.factories import ClusterFactory
+from tests.portal.factories import give_namespaces
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup(lead, approver, member):
+    cluster = ClusterFactory(name="lab")
+    give_namespaces(lead, cluster, "train", tenant_slug="mine", role="lead")
+    give_namespaces(member, cluster, "train", tenant_slug="mine")
+    approver.email = "approver@example.invalid"
+    approver.save()
+    offering = OfferingFactory(slug="h100", resource_name="nvidia.com/gpu")
+    return cluster, offering
+
+
+def _submit(client, cluster, units=4):
+    return client.post("/quota/", {"target": f"{cluster.pk}/train", "offering": "h100", "units": units,
+                                   "justification": "fine-tune llama"})
+
+
+def test_two_users_through_the_pages(client, setup, lead, approver, django_capture_on_commit_callbacks) -> None:
+    cluster, _ = setup
+    client.force_login(lead)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _submit(client, cluster)
+    request = QuotaRequest.objects.get()
+    assert response.status_code == 302
+    assert response.url == f"/quota/requests/{request.pk}/"
+    assert request.state == "submitted"
+    assert Notification.objects.filter(user=approver).count() == 1
+    assert mail.outbox[0].to == ["approver@example.invalid"]
+    # The requester cannot decide; the page offers no buttons and a forged POST is refused.
+    page = client.get(f"/quota/requests/{request.pk}/").content.decode()
+    assert 'value="approve"' not in page
+    client.post(f"/quota/requests/{request.pk}/", {"action": "approve"})
+    request.refresh_from_db()
+    assert request.state == "submitted"
+    client.force_login(approver)
+    queue = client.get("/quota/queue/").content.decode()
+    assert f'data-request="{request.pk}"' in queue
+    with django_capture_on_commit_callbacks(execute=False):
+        client.post(f"/quota/requests/{request.pk}/", {"action": "approve", "comment": "ok"})
+    request.refresh_from_db()
+    assert request.state == "applying"
+    assert Notification.objects.filter(user=lead, subject__contains="approved").exists()
+    client.force_login(lead)
+    assert "approved" in client.get("/quota/inbox/").content.decode()
+
+
+MATRIX = [
+    # (fixture, /quota/, /quota/queue/, /quota/oversubscription/, own request, other tenant's request)
+    ("anonymous", 302, 302, 302, 302, 302),
+    ("member", 200, 403, 403, 200, 404),
+    ("lead", 200, 403, 403, 200, 404),
+    ("approver", 200, 200, 200, 200, 200),
+    ("platform_admin", 200, 200, 200, 200, 200),
+    ("finance", 200, 403, 403, 200, 200),
+]
+
+
+@pytest.mark.parametrize(("who", "quota", "queue", "over", "own", "other"), MATRIX)
+def test_page_permission_matrix(client, request, setup, lead, who, quota, queue, over, own, other) -> None:
+    from portal.quota import quota_request_create
+
+    cluster, offering = setup
+    mine = quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="train", offering_id=offering.pk,
+                                units=1, justification="x")
+    bob = User.objects.create_user("bob")
+    give_namespaces(bob, cluster, "serve", tenant_slug="theirs", role="lead")
+    theirs = quota_request_create(actor=bob, cluster_id=cluster.pk, namespace="serve", offering_id=offering.pk,
+                                  units=1, justification="x")
+    if who != "anonymous":
+        client.force_login(request.getfixturevalue(who))
+    got = [client.get(url).status_code for url in ("/quota/", "/quota/queue/", "/quota/oversubscription/",
+                                                     f"/quota/requests/{mine.pk}/", f"/quota/requests/{theirs.pk}/")]
+    expected = [quota, queue, over, own if who != "finance" else 200, other]
+    assert got == expected
