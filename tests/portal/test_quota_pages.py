@@ -87,3 +87,43 @@ def test_page_permission_matrix(client, request, setup, lead, who, quota, queue,
                                                      f"/quota/requests/{mine.pk}/", f"/quota/requests/{theirs.pk}/")]
     expected = [quota, queue, over, own if who != "finance" else 200, other]
     assert got == expected
+
+
+def test_quota_request_api_flow_and_errors(setup, lead, approver, member) -> None:
+    from rest_framework.test import APIClient
+
+    assert setup
+    as_lead, as_approver, as_member = APIClient(), APIClient(), APIClient()
+    as_lead.force_authenticate(lead)
+    as_approver.force_authenticate(approver)
+    as_member.force_authenticate(member)
+    created = as_lead.post("/api/v1/quota-requests/", {"cluster": "lab", "namespace": "train", "offering": "h100",
+                                                        "units": 2, "justification": "eval"}, format="json")
+    assert created.status_code == 201, created.content
+    pk = created.json()["id"]
+    assert as_member.post("/api/v1/quota-requests/", {"cluster": "lab", "namespace": "train", "offering": "h100",
+                                                      "units": 2, "justification": "x"}, format="json").status_code == 400
+    assert as_lead.post(f"/api/v1/quota-requests/{pk}/approve/", {}, format="json").status_code == 400  # own
+    approved = as_approver.post(f"/api/v1/quota-requests/{pk}/approve/", {"comment": "ok"}, format="json")
+    assert approved.json()["state"] == "applying"
+    assert as_lead.post(f"/api/v1/quota-requests/{pk}/withdraw/", format="json").status_code == 409
+    bob = User.objects.create_user("bob2")
+    outsider = APIClient()
+    outsider.force_authenticate(bob)
+    assert outsider.get(f"/api/v1/quota-requests/{pk}/").status_code == 404
+    assert outsider.get("/api/v1/quota-requests/").json()["results"] == []
+    assert as_lead.get("/api/v1/quotas/").status_code == 200
+
+
+def test_cluster_registration_is_audited_without_the_secret(db) -> None:
+    from audit.models import AuditEvent
+    from inventory.services.clusters import cluster_register
+
+    kubeconfig = ("apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+                  "users: [{name: u, user: {token: s3cr3t-token}}]\ncontexts: [{name: x, context: {cluster: c, "
+                  "user: u}}]\ncurrent-context: x\n")
+    cluster_register(name="prod", kubeconfig=kubeconfig)
+    cluster_register(name="prod", kubeconfig=kubeconfig, description="EU")
+    events = list(AuditEvent.objects.filter(target_type="inventory.cluster").order_by("id"))
+    assert [e.verb for e in events] == ["cluster.registered", "cluster.updated"]
+    assert all("s3cr3t" not in str(e.before) + str(e.after) + str(e.data) for e in events)
