@@ -15,6 +15,7 @@ from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.models import Cluster, Pod
+from inventory.scoping import scope_namespaced
 
 
 def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
@@ -134,7 +135,7 @@ class PodExplainView(LoginRequiredMixin, View):
     """The explainer's answer for a mirrored Pending pod, to show beside the scheduler's own message."""
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        pod = get_object_or_404(Pod.objects.live().select_related("cluster"), pk=pk)
+        pod = get_object_or_404(scope_namespaced(Pod.objects.live(), request.user).select_related("cluster"), pk=pk)
         # Listed items carry no apiVersion/kind; the status is the scheduler's, not an input.
         manifest = {"apiVersion": "v1", "kind": "Pod", **{k: v for k, v in pod.raw.items() if k != "status"}}
         explanation = pod_explain(pod=manifest, cluster=pod.cluster)

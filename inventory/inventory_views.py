@@ -21,6 +21,7 @@ from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, Find
 from inventory.models import Device, Finding, Node, Path, Pod
 from inventory.overview import accelerator_overview
 from inventory.redaction import REDACTED, can_see_sensitive, redact_attributes, redact_tree, redact_value
+from inventory.scoping import scope_namespaced
 from inventory.views import HtmxPartialMixin
 
 # Columns the list pages render; the JSON detail columns stay in the database.
@@ -98,14 +99,15 @@ class DeviceDetailView(LoginRequiredMixin, DetailView):
         context["consumes_counters"] = redact_tree(device.consumes_counters, user)
         context["parent"] = redact_value("parent", device.parent, user)
         if device.path == Path.DEVICE_PLUGIN:
-            context["pods"] = device_plugin_pods(device)
+            context["pods"] = device_plugin_pods(device, user)
         return context
 
 
-def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
-    """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too)."""
+def device_plugin_pods(device: Device, user: Any) -> list[tuple[Pod, int]]:
+    """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too);
+    only the pods of namespaces the user may see."""
     pods = (
-        Pod.objects.live()
+        scope_namespaced(Pod.objects.live(), user)
         .filter(cluster_id=device.cluster_id, node_name=device.node_name, accelerator=True)
         .only("pk", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
         .order_by("namespace", "name")[:NODE_PODS_SCANNED]
@@ -136,7 +138,7 @@ class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
 
     def get_queryset(self) -> QuerySet[Pod]:
         return (
-            Pod.objects.live()
+            scope_namespaced(Pod.objects.live(), self.request.user)
             .filter(accelerator=True)
             .select_related("cluster")
             .defer("raw", "labels", "cluster__kubeconfig")

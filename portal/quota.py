@@ -222,6 +222,28 @@ def _enqueue_apply(request: QuotaRequest) -> None:
 
 
 @transaction.atomic(durable=True)
+def quota_request_reduce(*, actor: Any, request_id: int, units: int, reason: str = "") -> QuotaRequest:
+    """A lead lowers an active grant (no approval needed to give back); the lower quota is applied like any other
+    change and the request is active again once the sync shows it."""
+    request = _locked(request_id)
+    if not TenantMembership.objects.filter(tenant=request.tenant, user=actor,
+                                           role=TenantMembership.Role.LEAD).exists():
+        raise QuotaRequestError(f"Only a lead of {request.tenant.name} may reduce its quota.")
+    if request.state != State.ACTIVE:
+        raise QuotaStateError(f"Only an active grant can be reduced (the request is {request.state}).")
+    if not isinstance(units, int) or not 1 <= units < request.units:
+        raise QuotaRequestError(f"Reduce to between 1 and {request.units - 1} units (withdraw by letting it expire).")
+    before = _snapshot(request)
+    request.units = units
+    request.state = State.APPLYING
+    request.save(update_fields=["units", "state", "updated_at"])
+    audit_record(actor=actor, verb="quota_request.reduced", target=request, before=before, after=_snapshot(request),
+                 reason=(reason or "")[:500])
+    _enqueue_apply(request)
+    return request
+
+
+@transaction.atomic(durable=True)
 def quota_request_retry(*, actor: Any, request_id: int) -> QuotaRequest:
     """An approver or platform admin retries a failed apply."""
     if not (user_has_role(actor, Role.APPROVER) or user_has_role(actor, Role.PLATFORM_ADMIN)):

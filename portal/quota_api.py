@@ -23,6 +23,7 @@ from portal.quota import (
     quota_keys,
     quota_request_create,
     quota_request_decide,
+    quota_request_reduce,
     quota_request_retry,
     quota_request_withdraw,
 )
@@ -127,6 +128,11 @@ class DecisionInputSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
 
 
+class ReduceInputSerializer(serializers.Serializer):
+    units = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
 class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = QuotaRequestSerializer
 
@@ -179,6 +185,13 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
         return self._act(request, quota_request_withdraw)
+
+    @extend_schema(request=ReduceInputSerializer, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def reduce(self, request: Request, pk: str) -> Response:
+        data = ReduceInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return self._act(request, quota_request_reduce, **data.validated_data)
 
     @extend_schema(request=None, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])

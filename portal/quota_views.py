@@ -21,6 +21,7 @@ from portal.models import Notification, QuotaRequest, TenantMembership, TenantNa
 from portal.quota import (
     quota_request_create,
     quota_request_decide,
+    quota_request_reduce,
     quota_request_retry,
     quota_request_withdraw,
 )
@@ -86,6 +87,8 @@ class QuotaRequestDetailView(LoginRequiredMixin, View):
                                                               or user_has_role(request.user, Role.PLATFORM_ADMIN)),
             "can_withdraw": quota_request.requested_by_id == request.user.pk
             and quota_request.state in ("draft", "submitted"),
+            "can_reduce": quota_request.state == "active" and TenantMembership.objects.filter(
+                tenant=quota_request.tenant, user=request.user, role=TenantMembership.Role.LEAD).exists(),
         })
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -100,6 +103,13 @@ class QuotaRequestDetailView(LoginRequiredMixin, View):
                 quota_request_withdraw(actor=request.user, request_id=quota_request.pk)
             elif action == "retry":
                 quota_request_retry(actor=request.user, request_id=quota_request.pk)
+            elif action == "reduce":
+                try:
+                    units = int(request.POST.get("units", ""))
+                except ValueError:
+                    messages.error(request, "Give the new number of units.")
+                    return redirect("portal:quota_request_detail", pk=pk)
+                quota_request_reduce(actor=request.user, request_id=quota_request.pk, units=units, reason=comment)
             else:
                 messages.error(request, "Unknown action.")
                 return redirect("portal:quota_request_detail", pk=pk)

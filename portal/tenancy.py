@@ -153,3 +153,14 @@ def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
     """Namespaces of `cluster` the user may target: their tenants' (all tenants' for platform roles)."""
     return list(TenantNamespace.objects.visible_to(user).filter(cluster=cluster).order_by("namespace")
                 .values_list("namespace", flat=True))
+
+
+def namespace_scope(user: Any) -> list[tuple[int, str]] | None:
+    """For inventory scoping (settings.PORTAL_NAMESPACE_SCOPE): None when the user sees every namespace."""
+    from portal.models import sees_all_tenants
+
+    if sees_all_tenants(user):
+        return None
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace"))

@@ -26,6 +26,7 @@ from inventory.inventory_filtersets import DeviceApiFilterSet, FindingFilterSet,
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
 from inventory.redaction import can_see_sensitive
 from inventory.representations import splice_documents
+from inventory.scoping import scope_namespaced
 
 
 class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
@@ -76,7 +77,7 @@ class AcceleratorPodViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelV
 
     def get_queryset(self) -> QuerySet[Pod]:
         return (
-            Pod.objects.live()
+            scope_namespaced(Pod.objects.live(), self.request.user)
             .filter(accelerator=True)
             .select_related("cluster")
             .defer("raw", "labels", "cluster__kubeconfig")
@@ -108,7 +109,7 @@ class ResourceClaimViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelVi
 
     def get_queryset(self) -> QuerySet[ResourceClaim]:
         return (
-            ResourceClaim.objects.live()
+            scope_namespaced(ResourceClaim.objects.live(), self.request.user)
             .select_related("cluster")
             .defer("cluster__kubeconfig")
             .order_by("namespace", "name", "pk")

@@ -118,6 +118,7 @@ def test_feasibility_api_matches_the_schedulers_message_for_a_pending_pod(live_d
 
 def test_pending_pod_page_shows_the_explainer(live_demo, client, member) -> None:
     _, cluster = live_demo
+    give_namespaces(member, cluster, "vision-team", tenant_slug="vision")
     client.force_login(member)
     pod = Pod.objects.get(cluster=cluster, name__startswith="detector-train")
     page = client.get(reverse("inventory:pending_pods"))

@@ -22,6 +22,13 @@ from inventory.services.sync import kind_sync_window, sync_state_for
 from kubesim import Simulator
 
 
+@pytest.fixture(autouse=True)
+def _no_tenancy_scope(settings) -> None:
+    """Inventory is tested on its own: no tenancy hook, every user sees every namespace (the portal's scoping of
+    pods and claims is tested in tests/portal/test_scoping.py)."""
+    settings.PORTAL_NAMESPACE_SCOPE = ""
+
+
 @pytest.fixture
 def clean_redis() -> redis.Redis:
     client = redis.Redis.from_url(settings.REDIS_URL)

@@ -88,6 +88,22 @@ def test_request_approve_apply_confirm_then_oversubscribe_and_expire(world, lead
     first.refresh_from_db()
     assert first.state == State.ACTIVE
 
+    # The lead gives half back: applied like any change, active again once the sync shows it.
+    api_lead = APIClient()
+    api_lead.force_authenticate(lead)
+    reduced = api_lead.post(f"/api/v1/quota-requests/{first.pk}/reduce/", {"units": 4, "reason": "done early"},
+                            format="json")
+    assert reduced.status_code == 200, reduced.content
+    assert reduced.json()["state"] == "applying"
+    quota_apply(cluster_id=cluster.pk, namespace="ml-research")
+    assert _quota(sim)["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+    _sync(cluster)
+    quota_requests_confirm()
+    first.refresh_from_db()
+    assert (first.state, first.units) == (State.ACTIVE, 4)
+    assert api_lead.post(f"/api/v1/quota-requests/{first.pk}/reduce/", {"units": 9}, format="json"
+                         ).status_code == 400
+
     # A big request needs two approvers (above 16 units) and pushes granted quota past capacity.
     big = _request(world, lead, 40)
     assert big.approvals_required == 2
@@ -97,7 +113,7 @@ def test_request_approve_apply_confirm_then_oversubscribe_and_expire(world, lead
     quota_request_decide(actor=world["approver2"], request_id=big.pk, approve=True)
     big.refresh_from_db()
     assert big.state == State.APPLYING
-    assert desired_hard(cluster.pk, "ml-research") == {"requests.nvidia.com/gpu": "48"}
+    assert desired_hard(cluster.pk, "ml-research") == {"requests.nvidia.com/gpu": "44"}
     api = APIClient()
     api.force_authenticate(approver)
     context = api.get(f"/api/v1/quota-requests/{big.pk}/").json()["context"]
@@ -113,7 +129,7 @@ def test_request_approve_apply_confirm_then_oversubscribe_and_expire(world, lead
     assert _quota(sim)["spec"]["hard"] == {"requests.nvidia.com/gpu": "40"}
     verbs = set(AuditEvent.objects.filter(target_type="portal.quotarequest").values_list("verb", flat=True))
     assert {"quota_request.created", "quota_request.approved", "quota_request.apply_applied",
-            "quota_request.active", "quota_request.expired"} <= verbs
+            "quota_request.active", "quota_request.expired", "quota_request.reduced"} <= verbs
 
 
 def test_conflicting_field_manager_is_shown_and_retryable(world, lead, approver) -> None:

@@ -127,3 +127,39 @@ def test_cluster_registration_is_audited_without_the_secret(db) -> None:
     events = list(AuditEvent.objects.filter(target_type="inventory.cluster").order_by("id"))
     assert [e.verb for e in events] == ["cluster.registered", "cluster.updated"]
     assert all("s3cr3t" not in str(e.before) + str(e.after) + str(e.data) for e in events)
+
+
+def test_lead_reduces_an_active_grant_from_the_page(client, setup, lead, member,
+                                                    django_capture_on_commit_callbacks) -> None:
+    from portal.quota import quota_request_create
+
+    cluster, offering = setup
+    grant = quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="train", offering_id=offering.pk,
+                                 units=8, justification="x")
+    QuotaRequest.objects.filter(pk=grant.pk).update(state="active")
+    client.force_login(member)
+    assert 'value="reduce"' not in client.get(f"/quota/requests/{grant.pk}/").content.decode()  # leads only
+    client.force_login(lead)
+    assert 'value="reduce"' in client.get(f"/quota/requests/{grant.pk}/").content.decode()
+    with django_capture_on_commit_callbacks(execute=False):
+        client.post(f"/quota/requests/{grant.pk}/", {"action": "reduce", "units": "3", "comment": "done early"})
+    grant.refresh_from_db()
+    assert (grant.state, grant.units) == ("applying", 3)
+    client.post(f"/quota/requests/{grant.pk}/", {"action": "reduce", "units": "lots"})
+    grant.refresh_from_db()
+    assert grant.units == 3
+
+
+def test_quota_policy_changes_in_the_admin_are_audited(client, platform_admin, setup) -> None:
+    from audit.models import AuditEvent
+    from portal.models import QuotaPolicy
+    from portal.quota import approvals_required
+
+    _, offering = setup
+    client.force_login(platform_admin)
+    response = client.post("/admin/portal/quotapolicy/add/", {"offering": offering.pk, "approvals": 2,
+                                                              "threshold_units": 4, "approvals_above": 3})
+    assert response.status_code == 302
+    assert QuotaPolicy.objects.get().approvals == 2
+    assert (approvals_required(offering, 4), approvals_required(offering, 5)) == (2, 3)
+    assert AuditEvent.objects.filter(verb="quota_policy.saved").count() == 1
