@@ -1,8 +1,8 @@
 """Benchmark: event → derived-row lag under simulator churn on the `large` scenario.
 
 The simulator runs in this process so every change it makes is timestamped at the source; the portal runs as it
-does in production: a Celery worker (watch queue, thread pool) and beat, in their own processes, writing to
-PostgreSQL. A poller here watches the database and records, for every churned object, when the row carrying that
+does in production: a Celery worker for the watch queue (thread pool), a worker for the default queue (the catalog's
+capacity recomputation that sync batches trigger) and beat, in their own processes, writing to PostgreSQL. A poller here watches the database and records, for every churned object, when the row carrying that
 resourceVersion (or its tombstone) became visible. Derived rows (devices, findings, intervals) are written in the
 same transaction as the mirrored row, so that moment is also when the derived rows are visible.
 
@@ -137,10 +137,16 @@ def main() -> int:
         cluster_id = conn.execute("SELECT id FROM inventory_cluster WHERE name = 'large'").fetchone()[0]
 
     celery = [PY, "-m", "celery", "-A", "portal"]
-    logs = [(workdir / "worker.log").open("wb"), (workdir / "beat.log").open("wb")]
+    logs = [(workdir / "worker.log").open("wb"), (workdir / "beat.log").open("wb"),
+            (workdir / "worker-default.log").open("wb")]
+    # The production topology (`make worker`): watchers on their own thread-pool worker, CPU-heavy work (the
+    # catalog's capacity recomputation after sync batches) on a separate default-queue worker process.
     procs = [
-        subprocess.Popen([*celery, "worker", "-Q", "watch,default", "-P", "threads", "-c", "16", "--loglevel",
-                          "WARNING"], cwd=ROOT, env=env, stdout=logs[0], stderr=subprocess.STDOUT,
+        subprocess.Popen([*celery, "worker", "-Q", "watch", "-P", "threads", "-c", "16", "-n", "watch@%h",
+                          "--loglevel", "WARNING"], cwd=ROOT, env=env, stdout=logs[0], stderr=subprocess.STDOUT,
+                         start_new_session=True),
+        subprocess.Popen([*celery, "worker", "-Q", "default", "-P", "solo", "-n", "default@%h", "--loglevel",
+                          "WARNING"], cwd=ROOT, env=env, stdout=logs[2], stderr=subprocess.STDOUT,
                          start_new_session=True),
         subprocess.Popen([*celery, "beat", "--loglevel", "WARNING", "-s", str(workdir / "beat-schedule")], cwd=ROOT,
                          env=env, stdout=logs[1], stderr=subprocess.STDOUT, start_new_session=True),

@@ -4,6 +4,7 @@ retirement of deprecated offerings on their date, and discovery. Thin wrappers a
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from django.conf import settings
@@ -21,7 +22,11 @@ def capacity_refresh_task(cluster_id: int | None = None) -> int:
     if cluster_id is not None:
         cache.delete(f"catalog:capacity-refresh:{cluster_id}")
     clusters = None if cluster_id is None else list(Cluster.objects.filter(pk=cluster_id))
-    return capacity_refresh(clusters=clusters)
+    started = time.monotonic()
+    written = capacity_refresh(clusters=clusters)
+    for cluster in clusters or Cluster.objects.all():
+        cache.set(f"catalog:capacity-seconds:{cluster.pk}", time.monotonic() - started, timeout=24 * 3600)
+    return written
 
 
 @shared_task(name="catalog.offerings_retire_due", ignore_result=True)
@@ -38,10 +43,17 @@ def discovery_run_task() -> dict[str, int]:
     return discovery_run()
 
 
+def capacity_refresh_delay(cluster_id: int) -> float:
+    """The debounce window: the configured minimum, or 4x the last recomputation's duration for this cluster, so a
+    big cluster under constant churn spends at most ~20% of one worker on capacity (and never starves watchers)."""
+    last = cache.get(f"catalog:capacity-seconds:{cluster_id}") or 0.0
+    return max(float(settings.PORTAL_CAPACITY_DEBOUNCE_SECONDS), 4.0 * float(last))
+
+
 def capacity_refresh_soon(cluster_id: int) -> None:
     """Enqueue one recomputation per cluster per debounce window, however many sync batches arrive meanwhile."""
-    delay = settings.PORTAL_CAPACITY_DEBOUNCE_SECONDS
-    if not cache.add(f"catalog:capacity-refresh:{cluster_id}", "1", timeout=delay * 4 + 30):
+    delay = capacity_refresh_delay(cluster_id)
+    if not cache.add(f"catalog:capacity-refresh:{cluster_id}", "1", timeout=int(delay * 4 + 30)):
         return
     try:
         capacity_refresh_task.apply_async((cluster_id,), countdown=delay)

@@ -55,6 +55,7 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         context["rows"] = quota_rows(user)
         context["form"] = kwargs.get("form") or QuotaRequestForm(user)
         context["requests"] = QuotaRequest.objects.visible_to(user).select_related("offering", "cluster")[:50]
+        context["is_approver"] = user_has_role(user, Role.APPROVER) or user_has_role(user, Role.PLATFORM_ADMIN)
         return context
 
     def post(self, request: HttpRequest) -> HttpResponse:

@@ -61,5 +61,5 @@ def test_lead_requests_approver_approves_quota_becomes_active(browser: Browser, 
     lead_page.goto(f"{live_server.url}/quota/")
     ours = lead_page.locator(f"tr[data-namespace='ml-research'][data-quota='{QUOTA_NAME}']"
                              "[data-key='requests.nvidia.com/gpu']")
-    expect(ours.locator("td").nth(3)).to_have_text("8")  # hard
+    expect(ours.locator("td").nth(4)).to_have_text("8")  # hard
     shot(lead_page, "quota-active")
