@@ -5,6 +5,10 @@ class PortalError(Exception):
     """Base of every domain error; the API maps subclasses to 4xx answers."""
 
 
+class StateConflictError(PortalError):
+    """The object is not in a state that allows the operation (the API answers 409, not 400)."""
+
+
 class ClusterError(PortalError):
     """Talking to a cluster failed."""
 

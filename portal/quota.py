@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from catalog.models import DRA_KINDS, Lifecycle, Offering
-from inventory.errors import PortalError
+from inventory.errors import PortalError, StateConflictError
 from inventory.models import DeviceClass, ResourceQuota
 from portal.models import (
     DEFAULT_APPROVALS,
@@ -47,7 +47,7 @@ class QuotaRequestError(PortalError):
     pass
 
 
-class QuotaStateError(QuotaRequestError):
+class QuotaStateError(QuotaRequestError, StateConflictError):
     """The request is not in a state that allows this (maps to HTTP 409)."""
 
 
@@ -62,10 +62,10 @@ def quota_keys(offering: Offering, *, extended_resource_name: str = "") -> list[
     return [f"requests.{offering.resource_name}"]
 
 
-def _extended_name(request: QuotaRequest) -> str:
-    if request.offering.unit_kind not in DRA_KINDS:
+def _extended_name(cluster_id: int, offering: Offering) -> str:
+    if offering.unit_kind not in DRA_KINDS:
         return ""
-    raw = (DeviceClass.objects.live().filter(cluster_id=request.cluster_id, name=request.offering.device_class_name)
+    raw = (DeviceClass.objects.live().filter(cluster_id=cluster_id, name=offering.device_class_name)
            .values_list("raw", flat=True).first()) or {}
     return str((raw.get("spec") or {}).get("extendedResourceName") or "")
 
@@ -73,9 +73,13 @@ def _extended_name(request: QuotaRequest) -> str:
 def desired_hard(cluster_id: int, namespace: str) -> dict[str, str]:
     """The portal's quota for a namespace: granted, unexpired units summed per key."""
     totals: dict[str, int] = defaultdict(int)
+    keys: dict[int, list[str]] = {}  # per offering: one DeviceClass lookup, however many requests
     for request in QuotaRequest.objects.filter(cluster_id=cluster_id, namespace=namespace, state__in=GRANTED
                                                ).select_related("offering"):
-        for key in quota_keys(request.offering, extended_resource_name=_extended_name(request)):
+        if request.offering_id not in keys:
+            keys[request.offering_id] = quota_keys(
+                request.offering, extended_resource_name=_extended_name(cluster_id, request.offering))
+        for key in keys[request.offering_id]:
             totals[key] += request.units
     return {key: str(value) for key, value in sorted(totals.items())}
 
@@ -296,7 +300,9 @@ def quota_apply(*, cluster_id: int, namespace: str, client_factory: Any = None) 
 def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome: str, message: str) -> None:
     now = timezone.now()
     requests = list(QuotaRequest.objects.select_for_update().filter(
-        cluster_id=cluster_id, namespace=namespace, state__in=(State.APPLYING, State.FAILED)))
+        cluster_id=cluster_id, namespace=namespace, state__in=(State.APPLYING, State.FAILED)
+    ).select_related("requested_by"))
+    reviewers = approvers() if outcome != "applied" and requests else []
     for request in requests:
         request.apply_attempts += 1
         request.apply_attempted_at = now
@@ -307,7 +313,7 @@ def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome
             request.state = State.FAILED
             request.apply_error = (f"{'Field manager conflict' if outcome == 'conflict' else 'The cluster refused'}: "
                                    f"{message}")[:2000]
-            notify(users=[request.requested_by, *approvers()], subject=f"Quota request #{request.pk}: apply failed",
+            notify(users=[request.requested_by, *reviewers], subject=f"Quota request #{request.pk}: apply failed",
                    body=request.apply_error[:1000], url=_url(request))
         request.save()
         audit_record(actor=None, verb=f"quota_request.apply_{outcome}", target=request,

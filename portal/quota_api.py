@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -19,7 +19,6 @@ from inventory.k8s.quantity import parse_quantity
 from inventory.models import Cluster, Device, ResourceQuota
 from portal.models import QuotaDecision, QuotaRequest, TenantNamespace
 from portal.quota import (
-    QuotaStateError,
     quota_keys,
     quota_request_create,
     quota_request_decide,
@@ -47,8 +46,16 @@ def quota_rows(user: Any) -> list[dict[str, Any]]:
     for r in QuotaRequest.objects.filter(state__in=["submitted", "approved", "applying"]).select_related("offering"):
         pending[(r.cluster_id, r.namespace, quota_keys(r.offering)[0])] += r.units
     rows = []
+    if not owned:
+        return rows
+    condition = Q(pk__in=[])
     for tn in owned:
-        for quota in ResourceQuota.objects.live().filter(cluster=tn.cluster, namespace=tn.namespace):
+        condition |= Q(cluster_id=tn.cluster_id, namespace=tn.namespace)
+    quotas: dict[tuple[int, str], list[ResourceQuota]] = defaultdict(list)
+    for quota in ResourceQuota.objects.live().filter(condition).order_by("name"):  # one query for every namespace
+        quotas[(quota.cluster_id, quota.namespace)].append(quota)
+    for tn in owned:
+        for quota in quotas[(tn.cluster_id, tn.namespace)]:
             for key, hard in sorted((quota.hard or {}).items()):
                 if key not in keys_to_offerings:
                     continue
@@ -139,16 +146,6 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
     def get_queryset(self) -> QuerySet[QuotaRequest]:
         return QuotaRequest.objects.visible_to(self.request.user).select_related(
             "tenant", "cluster", "offering", "requested_by").prefetch_related("decisions__approver")
-
-    def get_exception_handler(self) -> Any:
-        handler = super().get_exception_handler()
-
-        def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
-            if isinstance(exc, QuotaStateError):
-                return Response({"detail": str(exc), "code": type(exc).__name__}, status=status.HTTP_409_CONFLICT)
-            return handler(exc, context)
-
-        return handle
 
     @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -4,11 +4,11 @@ read."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count
 from django.utils.module_loading import import_string
 
 from catalog.models import Offering
@@ -45,10 +45,10 @@ def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user:
             raw = (DeviceClass.objects.live().filter(cluster=cluster, name=offering.device_class_name)
                    .values_list("raw", flat=True).first()) or {}
             extended = str((raw.get("spec") or {}).get("extendedResourceName") or "")
-            drivers = Counter(InventoryDevice.objects.filter(cluster=cluster, path="dra", mode=offering.unit_kind)
-                              .values_list("driver", flat=True)[:5000])
-            if drivers:
-                driver = drivers.most_common(1)[0][0]
+            top = (InventoryDevice.objects.filter(cluster=cluster, path="dra", mode=offering.unit_kind)
+                   .values("driver").annotate(n=Count("pk")).order_by("-n", "driver").first())
+            if top:
+                driver = top["driver"]
     return GeneratorFacts(namespaces, extended, driver)
 
 

@@ -8,10 +8,10 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from inventory.errors import LeaseLostError, PortalError
+from inventory.errors import LeaseLostError, PortalError, StateConflictError
 
 # Errors that mean "the resource is not in a state that allows this" rather than "your input is wrong".
-CONFLICT_ERRORS: tuple[type[PortalError], ...] = (LeaseLostError,)
+CONFLICT_ERRORS: tuple[type[PortalError], ...] = (LeaseLostError, StateConflictError)
 
 
 def portal_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
