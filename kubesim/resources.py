@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 RESOURCE_GROUP = "resource.k8s.io"
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+API_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP)  # served named groups (all at v1), in discovery order
+INTEGER_COLUMNS = frozenset({"pod_restarts", "cm_data", "vap_validations"})
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     has_status: bool = False
     columns: tuple[tuple[str, str], ...] = field(default=(("Name", "name"), ("Age", "age")))
+    categories: tuple[str, ...] = ()
+    has_generation: bool = True  # metadata.generation is maintained (kinds without spec, like ConfigMap, have none)
 
     @property
     def api_version(self) -> str:
@@ -83,6 +88,18 @@ RESOURCES: dict[str, ResourceType] = {
         ),
         ResourceType("resourcequotas", "resourcequota", "ResourceQuota", "", "v1", True, ("quota",), True),
         ResourceType(
+            "configmaps",
+            "configmap",
+            "ConfigMap",
+            "",
+            "v1",
+            True,
+            ("cm",),
+            False,
+            (("Name", "name"), ("Data", "cm_data"), ("Age", "age")),
+            has_generation=False,
+        ),
+        ResourceType(
             "events",
             "event",
             "Event",
@@ -132,12 +149,39 @@ RESOURCES: dict[str, ResourceType] = {
         ResourceType(
             "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", RESOURCE_GROUP, "v1", True
         ),
+        ResourceType(
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy",
+            ADMISSION_GROUP,
+            "v1",
+            False,
+            (),
+            True,
+            (("Name", "name"), ("Validations", "vap_validations"), ("ParamKind", "vap_param_kind"), ("Age", "age")),
+            ("api-extensions",),
+        ),
+        ResourceType(
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            ADMISSION_GROUP,
+            "v1",
+            False,
+            (),
+            False,
+            (("Name", "name"), ("PolicyName", "vapb_policy"), ("ParamRef", "vapb_param_ref"), ("Age", "age")),
+            ("api-extensions",),
+        ),
     ]
 }
 
 BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCES.values()}
 KIND_ORDER = [
     "namespaces",
+    "configmaps",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
     "nodes",
     "deviceclasses",
     "resourceslices",
@@ -180,17 +224,17 @@ def api_versions_doc() -> dict:
     }
 
 
-def _group_doc() -> dict:
-    gv = {"groupVersion": f"{RESOURCE_GROUP}/v1", "version": "v1"}
-    return {"name": RESOURCE_GROUP, "versions": [gv], "preferredVersion": gv}
+def _group_doc(group: str) -> dict:
+    gv = {"groupVersion": f"{group}/v1", "version": "v1"}
+    return {"name": group, "versions": [gv], "preferredVersion": gv}
 
 
 def api_group_list_doc() -> dict:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc()]}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc(g) for g in API_GROUPS]}
 
 
-def api_group_doc() -> dict:
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc()}
+def api_group_doc(group: str = RESOURCE_GROUP) -> dict:
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group)}
 
 
 def resource_list_doc(group: str, version: str) -> dict:
@@ -206,8 +250,8 @@ def resource_list_doc(group: str, version: str) -> dict:
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
-        if r.group:
-            entry["categories"] = []
+        if r.group or r.categories:
+            entry["categories"] = list(r.categories)
         resources.append(entry)
         if r.has_status:
             resources.append(
@@ -320,14 +364,57 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         if status.get("allocation"):
             return "allocated,reserved" if status.get("reservedFor") else "allocated"
         return "pending"
+    return _admission_cell(obj, how, spec)
+
+
+def _admission_cell(obj: dict, how: str, spec: dict) -> str | int:
+    """Cells of ConfigMaps and admission policies (as the API server's printers fill them)."""
+    if how == "cm_data":
+        return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+    if how == "vap_validations":
+        return len(spec.get("validations") or [])
+    if how == "vap_param_kind":
+        kind = spec.get("paramKind")
+        return f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if isinstance(kind, dict) else "<unset>"
+    if how == "vapb_policy":
+        return spec.get("policyName", "")
+    if how == "vapb_param_ref":
+        return _param_ref_cell(spec.get("paramRef"))
     return ""
+
+
+def _param_ref_cell(ref: object) -> str:
+    if not isinstance(ref, dict):
+        return "<unset>"
+    if ref.get("name"):
+        return f"{ref.get('namespace') or '*'}/{ref['name']}"
+    if isinstance(ref.get("selector"), dict):
+        return _go_label_selector_string(ref["selector"])
+    return "<unset>"
+
+
+def _go_label_selector_string(selector: dict) -> str:
+    """metav1.LabelSelector.String() (the generated Go form), e.g. `&LabelSelector{MatchLabels:map[string]string{},...}`."""
+    labels = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    label_text = "".join(f"{k}: {labels[k]}," for k in sorted(labels))
+    expr_text = "".join(
+        f"LabelSelectorRequirement{{Key:{e.get('key', '')},Operator:{e.get('operator', '')},"
+        f"Values:[{' '.join(e.get('values') or [])}],}},"
+        for e in exprs
+        if isinstance(e, dict)
+    )
+    return (
+        f"&LabelSelector{{MatchLabels:map[string]string{{{label_text}}},"
+        f"MatchExpressions:[]LabelSelectorRequirement{{{expr_text}}},}}"
+    )
 
 
 def column_definitions(rt: ResourceType) -> list[dict]:
     return [
         {
             "name": name,
-            "type": "integer" if how == "pod_restarts" else "string",
+            "type": "integer" if how in INTEGER_COLUMNS else "string",
             "format": "name" if how == "name" else "",
             "description": name,
             "priority": 1 if how == "pod_node" or (rt.plural == "events" and how == "name") else 0,
@@ -363,7 +450,7 @@ def _gv_path(group: str, version: str) -> str:
 
 def openapi_v3_root() -> dict:
     paths = {}
-    for group in ("", RESOURCE_GROUP):
+    for group in ("", *API_GROUPS):
         p = _gv_path(group, "v1")
         paths[p] = {"serverRelativeURL": f"/openapi/v3/{p}?hash=kubesim"}
     return {"paths": paths}
@@ -374,7 +461,7 @@ def openapi_v3_doc(gv_path: str) -> dict | None:
     group = ""
     if gv_path.startswith("apis/"):
         group = gv_path.split("/")[1]
-    if gv_path not in (_gv_path("", "v1"), _gv_path(RESOURCE_GROUP, "v1")):
+    if gv_path not in {_gv_path(g, "v1") for g in ("", *API_GROUPS)}:
         return None
     params = [
         {"name": n, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}

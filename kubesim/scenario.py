@@ -1,8 +1,8 @@
 """Scenario layer of kubesim: expand a declarative YAML scenario into Kubernetes objects.
 
 ``load_scenario("demo" | "large" | "empty" | "upstream" | path | dict, seed=0)`` returns a list of complete, JSON-able
-Kubernetes objects (Namespaces, DeviceClasses, Nodes, ResourceSlices, ResourceQuotas, ResourceClaimTemplates,
-ResourceClaims, Pods, Events, in that order). The output is deterministic for a given scenario and seed.
+Kubernetes objects (Namespaces, ConfigMaps, DeviceClasses, Nodes, ResourceSlices, ResourceQuotas,
+ResourceClaimTemplates, ResourceClaims, Pods, Events, in that order). The output is deterministic for a given scenario and seed.
 The format is documented in ``docs/kubesim-scenarios.md``.
 """
 
@@ -34,6 +34,7 @@ MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
 OBJECT_KIND_ORDER = (
     "Namespace",
+    "ConfigMap",
     "DeviceClass",
     "Node",
     "ResourceSlice",
@@ -45,6 +46,8 @@ OBJECT_KIND_ORDER = (
 )
 ALL_MODE_QUOTA = 32  # AllocationResultsMaxSize, what quota charges for allocationMode All
 
+CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+HOST_DEVICE_VOLUME = "host-device"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 PROFILE_RE = re.compile(r"^(\d)g\.(\d+)gb$")
@@ -438,6 +441,40 @@ class _Builder:
             }
             self.namespaces[name] = obj
             out.append(obj)
+        return out
+
+    # ---------------------------------------------------------------- config maps
+    def build_configmaps(self) -> list[dict]:
+        out = []
+        seen: set[tuple[str, str]] = set()
+        for i, cm in enumerate(_list(self.spec, "configmaps", "scenario")):
+            ctx = f"configmaps[{i}]"
+            _check_keys(cm, {"name", "namespace", "data"}, ctx, ("name", "namespace"))
+            name = _subdomain(cm["name"], f"{ctx}.name")
+            ns = self._ns(cm["namespace"], f"{ctx}.namespace")
+            if (ns, name) in seen:
+                raise ScenarioError(f"{ctx}: duplicate ConfigMap {ns}/{name}")
+            seen.add((ns, name))
+            data = cm.get("data") or {}
+            if not isinstance(data, dict):
+                raise ScenarioError(f"{ctx}.data: expected a mapping")
+            for key in data:
+                if not isinstance(key, str) or not CONFIG_KEY.match(key):
+                    raise ScenarioError(f"{ctx}.data: {key!r} is not a valid config key (alphanumerics, '-', '_', '.')")
+            meta = {
+                "name": name,
+                "namespace": ns,
+                "uid": _uid(self.seed, "ConfigMap", ns, name),
+                "creationTimestamp": _ts(-7 * 86400 + i * 60),
+            }
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": meta,
+                    "data": {k: str(v) for k, v in data.items()},
+                }
+            )
         return out
 
     def _ns_list(self, pattern: Any, ctx: str) -> list[str]:
@@ -1393,14 +1430,33 @@ class _Builder:
         "tolerations",
         "labels",
         "serviceAccountName",
+        "serviceAccount",
+        "privileged",
+        "hostDevice",
         "priorityClassName",
         "command",
     }
+
+    @staticmethod
+    def _check_pod_security(w: dict, ctx: str) -> None:
+        """`privileged` (bool), `hostDevice` (absolute path) and `serviceAccount` (alias of serviceAccountName)."""
+        if not isinstance(w.get("privileged", False), bool):
+            raise ScenarioError(f"{ctx}.privileged: expected true or false, got {w['privileged']!r}")
+        device = w.get("hostDevice")
+        if device is not None and (not isinstance(device, str) or not device.startswith("/")):
+            raise ScenarioError(
+                f"{ctx}.hostDevice: expected an absolute host path like /dev/infiniband, got {device!r}"
+            )
+        if "serviceAccount" in w and "serviceAccountName" in w:
+            raise ScenarioError(f"{ctx}: give serviceAccount or serviceAccountName, not both")
+        account = w.get("serviceAccount", w.get("serviceAccountName", "default"))
+        _subdomain(account, f"{ctx}.serviceAccount")
 
     def build_workloads(self) -> None:
         for wi, w in enumerate(_list(self.spec, "workloads", "scenario")):
             ctx = f"workloads[{wi}]"
             _check_keys(w, self.WORKLOAD_KEYS, ctx, ("name", "namespace"))
+            self._check_pod_security(w, ctx)
             self._expand_workload(wi, w, ctx)
         # claims that should be allocated but no running pod placed them
         for claim in self.claim_order:
@@ -1788,6 +1844,10 @@ class _Builder:
         }
         if w.get("command"):
             container["command"] = [str(c) for c in w["command"]]
+        if w.get("privileged"):
+            container["securityContext"] = {"privileged": True}
+        if w.get("hostDevice"):
+            container["volumeMounts"] = [{"name": HOST_DEVICE_VOLUME, "mountPath": w["hostDevice"]}]
         all_tolerations = [
             *(dict(t) for t in tolerations),
             {
@@ -1803,7 +1863,7 @@ class _Builder:
                 "tolerationSeconds": 300,
             },
         ]
-        sa = str(w.get("serviceAccountName", "default"))
+        sa = str(w.get("serviceAccount", w.get("serviceAccountName", "default")))
         spec: dict[str, Any] = {
             "containers": [container],
             "restartPolicy": restart,
@@ -1818,6 +1878,8 @@ class _Builder:
             "enableServiceLinks": True,
             "preemptionPolicy": "PreemptLowerPriority",
         }
+        if w.get("hostDevice"):
+            spec["volumes"] = [{"name": HOST_DEVICE_VOLUME, "hostPath": {"path": w["hostDevice"], "type": ""}}]
         if w.get("priorityClassName"):
             spec["priorityClassName"] = str(w["priorityClassName"])
         if selector:
@@ -2082,6 +2144,7 @@ class _Builder:
                 "nodePools",
                 "deviceClasses",
                 "namespaces",
+                "configmaps",
                 "claimTemplates",
                 "claims",
                 "workloads",
@@ -2092,6 +2155,7 @@ class _Builder:
         )
         raw = self.raw_objects()
         namespaces = self.build_namespaces()
+        configmaps = self.build_configmaps()
         classes = self.build_device_classes()
         self.build_nodes()
         templates = self.build_templates()
@@ -2101,6 +2165,7 @@ class _Builder:
         claims = [self._claim_object(c) for c in self.claim_order]
         generated = [
             *namespaces,
+            *configmaps,
             *classes,
             *self.node_objs,
             *self.slices,

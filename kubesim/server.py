@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import http.server
 import queue
 import socket
@@ -16,9 +18,10 @@ import yaml
 
 from . import patch as patchmod
 from . import resources as res
+from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
 from .churn import Churn
 from .faults import Faults
-from .store import ApiError, Store, make_filter, not_found
+from .store import Admit, ApiError, Store, make_filter, not_found
 
 MAX_WATCH_SECONDS = 1800.0
 BOOKMARK_INTERVAL = 1.0
@@ -29,6 +32,7 @@ PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+cbor": "unsupported",
 }
+PROTOBUF_KINDS = ("Namespace", "ConfigMap")
 
 
 class _Route:
@@ -89,32 +93,58 @@ def _pb_varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+def _pb_map_entry(buf: bytes) -> tuple[str, bytes]:
+    entry = {f: v for f, _, v in _pb_fields(buf)}
+    return entry.get(1, b"").decode(), entry.get(2, b"")
+
+
+def _decode_object_meta(buf: bytes) -> dict:
+    """The ObjectMeta fields a create request carries: names, labels and annotations."""
+    meta: dict = {}
+    for f, _, v in _pb_fields(buf):
+        if f in (1, 2, 3) and v:
+            meta[{1: "name", 2: "generateName", 3: "namespace"}[f]] = v.decode()
+        elif f in (11, 12):
+            key, value = _pb_map_entry(v)
+            meta.setdefault("labels" if f == 11 else "annotations", {})[key] = value.decode()
+    return meta
+
+
+def _decode_configmap_field(obj: dict, f: int, v: bytes | int) -> None:
+    """ConfigMap: data = 2 (map<string,string>), binaryData = 3 (map<string,bytes>), immutable = 4 (bool)."""
+    if f == 4 and isinstance(v, int):
+        obj["immutable"] = bool(v)
+    elif f in (2, 3) and isinstance(v, bytes):
+        key, value = _pb_map_entry(v)
+        if f == 2:
+            obj.setdefault("data", {})[key] = value.decode()
+        else:
+            obj.setdefault("binaryData", {})[key] = base64.b64encode(value).decode()
+
+
 def _decode_protobuf(raw: bytes) -> dict:
-    """Decode a Kubernetes protobuf envelope; only metadata of a Namespace is understood (kubectl create ns)."""
+    """Decode a Kubernetes protobuf envelope (kubectl create namespace / configmap): a Namespace's metadata, a
+    ConfigMap's metadata, data, binaryData and immutable."""
     if not raw.startswith(b"k8s\x00"):
         raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
     try:
         env = {f: v for f, _, v in _pb_fields(raw[4:])}
         type_meta = {f: v.decode() for f, _, v in _pb_fields(env.get(1, b""))}
         api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
-        if (api_version, kind) != ("v1", "Namespace"):
+        if api_version != "v1" or kind not in PROTOBUF_KINDS:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
                 f"kubesim only accepts JSON bodies for {kind or 'this kind'}"
-                " (protobuf is supported for Namespace only)",
+                " (protobuf is supported for Namespace and ConfigMap only)",
             )
-        meta: dict = {}
+        obj: dict = {"apiVersion": api_version, "kind": kind, "metadata": {}}
         for f, _, v in _pb_fields(env.get(2, b"")):
-            if f != 1:
-                continue
-            for mf, _, mv in _pb_fields(v):
-                if mf in (1, 2, 3) and mv:
-                    meta[{1: "name", 2: "generateName", 3: "namespace"}[mf]] = mv.decode()
-                elif mf in (11, 12):
-                    entry = {ef: ev.decode() for ef, _, ev in _pb_fields(mv)}
-                    meta.setdefault("labels" if mf == 11 else "annotations", {})[entry.get(1, "")] = entry.get(2, "")
-        return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+            if f == 1:
+                obj["metadata"] = _decode_object_meta(v)
+            elif kind == "ConfigMap":
+                _decode_configmap_field(obj, f, v)
+        return obj
     except (ValueError, IndexError, UnicodeDecodeError) as e:
         raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
 
@@ -127,12 +157,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
     dropped = False
     watcher = None
+    warnings: list[str]  # Warning headers of the current response (admission warnings)
 
     def log_message(self, format, *args):
         pass
 
     def setup(self):
         super().setup()
+        self.warnings = []
         self.server.sim._track(self, True)
 
     def finish(self):
@@ -170,6 +202,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        for header in dict.fromkeys(map(warning_header, self.warnings)):
+            if header is not None:
+                self.send_header("Warning", header)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -194,6 +229,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n else b""
 
+    def _admit(self, r: _Route, operation: str, name: str, dry_run: bool) -> Admit:
+        """The store's admission hook for this request: runs ValidatingAdmissionPolicies, keeps their warnings."""
+        groups = tuple(self.headers.get_all("Impersonate-Group") or ()) or DEFAULT_GROUPS
+        attrs = Attributes(
+            operation=operation,
+            rt=r.rt,
+            namespace=name if r.rt.plural == "namespaces" else r.namespace or "",
+            name=name,
+            subresource=r.subresource,
+            dry_run=dry_run,
+            username=self.headers.get("Impersonate-User") or DEFAULT_USER,
+            groups=groups,
+        )
+
+        def admit(obj: dict, old: dict | None) -> None:
+            verdict = self.sim.admission.admit(attrs, obj, old)
+            self.warnings.extend(verdict.warnings)
+            if verdict.denial is not None:
+                raise verdict.denial
+
+        return admit
+
     def _manager(self, q: dict) -> str:
         fm = q.get("fieldManager")
         if fm:
@@ -204,8 +261,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _route(self, parts: list[str]) -> _Route | None:
         if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
             group, rest = "", parts[2:]
-        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] == res.RESOURCE_GROUP and parts[2] == "v1":
-            group, rest = res.RESOURCE_GROUP, parts[3:]
+        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] in res.API_GROUPS and parts[2] == "v1":
+            group, rest = parts[1], parts[3:]
         else:
             return None
         kinds = res.by_group_version(group, "v1")
@@ -224,6 +281,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return _Route(rt, namespace, name, sub)
 
     def _dispatch(self, method: str):
+        self.warnings = []
         try:
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -265,8 +323,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "/api": res.api_versions_doc,
             "/apis": res.api_group_list_doc,
             "/api/v1": lambda: res.resource_list_doc("", "v1"),
-            f"/apis/{res.RESOURCE_GROUP}": res.api_group_doc,
-            f"/apis/{res.RESOURCE_GROUP}/v1": lambda: res.resource_list_doc(res.RESOURCE_GROUP, "v1"),
             "/healthz": None,
             "/readyz": None,
             "/livez": None,
@@ -280,6 +336,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, doc)
             return True
+        for group in res.API_GROUPS:
+            docs[f"/apis/{group}"] = functools.partial(res.api_group_doc, group)
+            docs[f"/apis/{group}/v1"] = functools.partial(res.resource_list_doc, group, "v1")
         if path not in docs:
             return False
         fn = docs[path]
@@ -320,8 +379,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             else:
                 obj = _parse_body(body)
             self._fix_namespace(r, obj)
+            admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
             obj = patchmod.record_update(None, obj, self._manager(q), r.rt.api_version)
-            out = store.create(r.rt.plural, obj, dry_run=dry_run)
+            out = store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
             self._send_json(201, out)
             return
         if method == "PUT":
@@ -349,7 +409,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     r.rt.api_version,
                     r.subresource,
                 )
-                out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource)
+                admit = self._admit(r, "UPDATE", r.name, dry_run)
+                out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
             self._send_json(200, out)
             return
         if method == "PATCH":
@@ -445,7 +506,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         if r.subresource:
                             raise not_found(r.rt.plural, r.name)
                         new = patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
-                        out = store.create(r.rt.plural, new, dry_run=dry_run)
+                        admit = self._admit(r, "CREATE", r.name, dry_run)
+                        out = store.create(r.rt.plural, new, dry_run=dry_run, admit=admit)
                         self._send_json(201, out)
                         return
                     new = patchmod.server_side_apply(cur.obj, doc, manager, force, r.rt.api_version, r.subresource)
@@ -471,7 +533,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         meta = new["metadata"] = dict(meta)
                         meta["resourceVersion"] = str(cur.rv)
                     new = patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
-                out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource)
+                admit = self._admit(r, "UPDATE", r.name, dry_run)
+                out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource, admit=admit)
         except patchmod.ApplyConflictError as e:
             causes = [
                 {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
@@ -659,6 +722,7 @@ class Simulator:
         self.seed = seed
         self.scenario = scenario
         self.store = Store(history_limit=history_limit)
+        self.admission = PolicyAdmission(self.store)
         self.faults = Faults(self)
         self.churn = Churn(self)
         self._httpd: _Server | None = None

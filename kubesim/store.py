@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 
 import orjson
 
@@ -23,6 +24,12 @@ SNAPSHOT_TTL = 300.0
 
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+IMMUTABLE_MESSAGE = "field is immutable when `immutable` is set"
+
+Admit = Callable[[dict, dict | None], None]
+"""Admission hook: called with (new object, old object or None) right before a write is committed."""
 
 
 class ApiError(Exception):
@@ -205,6 +212,76 @@ def make_filter(namespace: str | None, label_selector: str | None, field_selecto
     return flt
 
 
+# ---------------------------------------------------------------------------------------------- kind rules
+def _label_namespace(meta: dict) -> None:
+    """The API server always labels a Namespace with its own name."""
+    labels = meta.get("labels")
+    meta["labels"] = {**(labels if isinstance(labels, dict) else {}), NAMESPACE_NAME_LABEL: meta["name"]}
+
+
+def _policy_status(status: object, generation: int) -> dict:
+    """What the API server's type-checking controller reports for a ValidatingAdmissionPolicy (no warnings here)."""
+    current = status if isinstance(status, dict) else {}
+    return {"typeChecking": {}, **current, "observedGeneration": generation}
+
+
+def _invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """A 422 Invalid status like field.ErrorList.ToAggregate(): causes are (reason, field, message)."""
+    texts = [f"{f}: {m}" for _, f, m in causes]
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind} "{name}" is invalid: {summary}',
+        {"name": name, "kind": kind, "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes]},
+    )
+
+
+def validate_configmap(obj: dict) -> None:
+    """Top-level `data` (strings) and `binaryData` (base64 strings) with valid keys, `immutable` a bool."""
+    name = obj["metadata"]["name"]
+    for section in ("data", "binaryData"):
+        values = obj.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'ConfigMap in version "v1" cannot be handled as a ConfigMap: {section} must be a map of strings',
+            )
+        bad = [k for k in values if not CONFIG_KEY.match(k) or len(k) > 253]
+        if bad:
+            message = (
+                "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  "
+                "or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+            )
+            raise _invalid(
+                "ConfigMap",
+                name,
+                [("FieldValueInvalid", f"{section}[{k}]", f'Invalid value: "{k}": {message}') for k in bad],
+            )
+    if "immutable" in obj and not isinstance(obj["immutable"], bool | None):
+        raise ApiError(400, "BadRequest", 'ConfigMap in version "v1" cannot be handled as a ConfigMap: immutable')
+
+
+def check_configmap_update(new: dict, old: dict) -> None:
+    """An immutable ConfigMap keeps its data, binaryData and immutable flag."""
+    if old.get("immutable") is not True:
+        return
+    changed = [
+        ("FieldValueForbidden", f, f"Forbidden: {IMMUTABLE_MESSAGE}")
+        for f, same in (
+            ("immutable", new.get("immutable") is True),
+            ("data", new.get("data") == old.get("data")),
+            ("binaryData", new.get("binaryData") == old.get("binaryData")),
+        )
+        if not same
+    ]
+    if changed:
+        raise _invalid("ConfigMap", new["metadata"]["name"], changed)
+
+
 # ---------------------------------------------------------------------------------------------- watchers
 class Watcher:
     """A registered watch: events arrive in `queue` as (type, object, previous object); None means 'stop'."""
@@ -354,6 +431,8 @@ class Store:
                 self._check_admin_access(rt, obj, ns)
         elif "namespace" in meta:
             meta.pop("namespace")
+        if rt.plural == "configmaps":
+            validate_configmap(obj)
 
     def _check_admin_access(self, rt: ResourceType, obj: dict, ns: str) -> None:
         """The API server's rule: adminAccess requests need the namespace label admin-access: "true"."""
@@ -380,8 +459,12 @@ class Store:
                                 "field": field}]})
 
     # ------------------------------------------------------------------ writes
-    def create(self, plural: str, obj: dict, *, dry_run: bool = False, load: bool = False) -> dict:
-        """Create an object; assigns uid, resourceVersion, creationTimestamp, generation."""
+    def create(
+        self, plural: str, obj: dict, *, dry_run: bool = False, load: bool = False, admit: Admit | None = None
+    ) -> dict:
+        """Create an object; assigns uid, resourceVersion, creationTimestamp, generation.
+
+        `admit` (validating admission) sees the object after defaulting, before it is stored (also on dry run)."""
         rt = self._rt(plural)
         obj = orjson.loads(orjson.dumps(obj)) if not load else obj
         obj.setdefault("apiVersion", rt.api_version)
@@ -408,24 +491,36 @@ class Store:
                 meta["creationTimestamp"] = now_ts()
             meta.pop("resourceVersion", None)
             meta.pop("deletionTimestamp", None)
-            if "spec" in obj or not load:
+            if rt.has_generation and ("spec" in obj or not load):
                 meta["generation"] = 1 if not load else meta.get("generation", 1)
             if plural == "namespaces":
                 obj.setdefault("spec", {"finalizers": ["kubernetes"]})
                 obj["status"] = {"phase": "Active"}
+                _label_namespace(meta)
             elif plural == "pods" and not load:
                 obj.setdefault("status", {})
                 obj["status"].setdefault("phase", "Pending")
                 obj["status"].setdefault("qosClass", "BestEffort")
+            elif plural == "validatingadmissionpolicies" and (not load or "status" not in obj):
+                obj["status"] = _policy_status({}, meta.get("generation", 1))
+            if admit is not None:
+                admit(obj, None)
             if dry_run:
                 meta["resourceVersion"] = str(self._rv)
                 return obj
             return self._commit(plural, key, obj, "ADDED").copy()
 
     def update(
-        self, plural: str, obj: dict, *, dry_run: bool = False, subresource: str = "", check_rv: bool = True
+        self,
+        plural: str,
+        obj: dict,
+        *,
+        dry_run: bool = False,
+        subresource: str = "",
+        check_rv: bool = True,
+        admit: Admit | None = None,
     ) -> dict:
-        """Replace an object (optimistic concurrency on metadata.resourceVersion when set)."""
+        """Replace an object (optimistic concurrency on metadata.resourceVersion when set); `admit` as for create."""
         rt = self._rt(plural)
         obj = orjson.loads(orjson.dumps(obj))
         obj.setdefault("apiVersion", rt.api_version)
@@ -477,10 +572,18 @@ class Store:
                     obj.pop("status", None)
             elif plural == "namespaces":
                 obj["status"] = old.get("status", {"phase": "Active"})
+            if plural == "namespaces":
+                _label_namespace(meta)
+            elif plural == "configmaps":
+                check_configmap_update(obj, old)
             gen = old["metadata"].get("generation")
             if gen is not None:
                 meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+            if plural == "validatingadmissionpolicies" and subresource != "status":
+                obj["status"] = _policy_status(obj.get("status"), meta.get("generation", 1))
             meta.pop("resourceVersion", None)
+            if admit is not None:
+                admit(obj, old)
             if dry_run:
                 meta["resourceVersion"] = str(cur.rv)
                 return obj

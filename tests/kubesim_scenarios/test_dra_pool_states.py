@@ -37,7 +37,7 @@ def usable_devices(objs):
 
 def test_demo_totals(demo):
     counts = {k: len(kind(demo, k)) for k in ("Node", "ResourceSlice", "Pod", "ResourceClaim", "Event")}
-    assert counts == {"Node": 16, "ResourceSlice": 7, "Pod": 40, "ResourceClaim": 14, "Event": 5}
+    assert counts == {"Node": 16, "ResourceSlice": 7, "Pod": 41, "ResourceClaim": 14, "Event": 5}
 
 
 def test_stale_generation_pool(demo):
