@@ -250,7 +250,11 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any], list[str]], dict[str, Any]]] = {
     "deviceclasses": _device_class,
     "resourceclaims": _claim,
     "resourceclaimtemplates": _nothing,
+    "configmaps": _nothing,
+    "validatingadmissionpolicies": _nothing,
+    "validatingadmissionpolicybindings": _nothing,
 }
+TOP_LEVEL = {"events": EVENT_TOP_LEVEL, "configmaps": KNOWN_TOP_LEVEL | {"data", "binaryData", "immutable"}}
 NEEDS_STATUS = {"nodes", "pods"}
 
 
@@ -272,7 +276,7 @@ def extract_row(kind: str, obj: Any) -> dict[str, Any]:
         issues.append("metadata.name: missing")
     elif len(name) > MAX_NAME:
         issues.append(f"metadata.name: longer than {MAX_NAME} characters")
-    allowed = EVENT_TOP_LEVEL if kind == "events" else KNOWN_TOP_LEVEL
+    allowed = TOP_LEVEL.get(kind, KNOWN_TOP_LEVEL)
     unknown = sorted(str(k) for k in obj if k not in allowed)
     if unknown:
         issues.append(f"unknown fields: {', '.join(unknown)[:200]}")

@@ -15,6 +15,9 @@ MODELS: dict[str, type[models.KubeObject]] = {
     "deviceclasses": models.DeviceClass,
     "resourceclaims": models.ResourceClaim,
     "resourceclaimtemplates": models.ResourceClaimTemplate,
+    "configmaps": models.ConfigMap,
+    "validatingadmissionpolicies": models.AdmissionPolicy,
+    "validatingadmissionpolicybindings": models.AdmissionPolicyBinding,
 }
 SYNCED_KINDS: tuple[str, ...] = tuple(KINDS)
 if set(MODELS) != set(KINDS):  # pragma: no cover - a programming error caught at import

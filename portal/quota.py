@@ -288,7 +288,7 @@ def quota_apply(*, cluster_id: int, namespace: str, client_factory: Any = None) 
     document = quota_document(cluster_id, namespace)
     client = (client_factory or client_for)(cluster)
     try:
-        result = client.apply_resource_quota(document, field_manager=FIELD_MANAGER)
+        result = client.apply(document, field_manager=FIELD_MANAGER)
     finally:
         client.close()
     outcome = "applied" if result.applied else ("conflict" if result.conflict else "refused")

@@ -30,7 +30,15 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
-from inventory.k8s.types import DRY_RUN_KINDS, ApplyResult, DryRunResult, KindRef, ListPage, WatchEvent
+from inventory.k8s.types import (
+    DRY_RUN_KINDS,
+    ApplyResult,
+    DryRunResult,
+    KindRef,
+    ListPage,
+    WatchEvent,
+    object_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +78,13 @@ def _status_message(body: Any) -> str:
             return str(data["message"])[:500]
         return str(body)[:300]
     return ""
+
+
+def _json_object(body: Any) -> dict[str, Any]:
+    data: Any = {}
+    with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+        data = orjson.loads(body or b"{}")
+    return data if isinstance(data, dict) else {}
 
 
 def _translate(exc: ApiException, what: str) -> Exception:
@@ -214,6 +229,7 @@ class KubernetesClusterClient:
         self._api_client = api_client
         self._core = k8s.CoreV1Api(api_client=api_client)
         self._resource = k8s.ResourceV1Api(api_client=api_client)
+        self._admission = k8s.AdmissionregistrationV1Api(api_client=api_client)
         self._version = k8s.VersionApi(api_client=api_client)
         self._timeout = (connect_timeout, read_timeout)
         self._connect_timeout = connect_timeout
@@ -259,7 +275,7 @@ class KubernetesClusterClient:
         return api_client
 
     def _api(self, kind: KindRef) -> Any:
-        return self._core if kind.api == "core" else self._resource
+        return {"core": self._core, "resource": self._resource, "admission": self._admission}[kind.api]
 
     def _call(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         try:
@@ -277,6 +293,8 @@ class KubernetesClusterClient:
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage:
         method = getattr(self._api(kind), kind.list_method)
         kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": self._timeout}
+        if kind.namespace:
+            kwargs["namespace"] = kind.namespace
         if continue_token:
             kwargs["_continue"] = continue_token
         response = self._call(f"list {kind.key}", method, **kwargs)
@@ -309,6 +327,7 @@ class KubernetesClusterClient:
             timeout_seconds=timeout_seconds,
             # The read timeout guards a silent, half-open connection; the server ends the watch itself.
             _request_timeout=(self._connect_timeout, timeout_seconds + 30),
+            **({"namespace": kind.namespace} if kind.namespace else {}),
         )
         return WatchStream(response, f"watch {kind.key}")
 
@@ -351,37 +370,64 @@ class KubernetesClusterClient:
         return DryRunResult(False, status, str(data.get("reason") or reason)[:100],
                             str(data.get("message") or _status_message(body))[:2000], causes)
 
-    def apply_resource_quota(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult:
-        """Server-side apply of a ResourceQuota under our own field manager. A 409 (another manager owns a field) or
-        another refusal is a result; transport errors, 429 and 5xx raise ClusterUnreachableError (retryable)."""
+    def apply(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult:
+        """Server-side apply under our own field manager (the kinds of WRITE_KINDS). A 409 (another manager owns a
+        field we set) or another refusal is a result; transport errors, 429 and 5xx raise ClusterUnreachableError
+        (retryable). Fields we applied before and leave out now are removed by the server (we owned them)."""
         meta = document.get("metadata") or {}
-        path = (f"/api/v1/namespaces/{quote(str(meta.get('namespace') or ''), safe='')}/resourcequotas/"
-                f"{quote(str(meta.get('name') or ''), safe='')}")
+        kind = str(document.get("kind") or "")
+        try:
+            path = object_path(str(document.get("apiVersion") or ""), kind, str(meta.get("namespace") or ""),
+                               str(meta.get("name") or ""))
+        except ValueError as exc:
+            raise ClusterRequestError(str(exc)) from None
         query = [("fieldManager", field_manager), ("fieldValidation", "Strict")] + ([("force", "true")] if force else [])
+        status, body = self._send("PATCH", path, f"apply {kind.lower()}", query=query, body=document,
+                                  content_type="application/apply-patch+yaml")
+        data = _json_object(body)
+        if 200 <= status < 300:
+            return ApplyResult(True, status, object=data)
+        return ApplyResult(False, status, conflict=status == 409,
+                           message=str(data.get("message") or _status_message(body))[:2000])
+
+    def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str = "") -> bool:
+        """Delete one object; with `uid`, only that incarnation (a precondition: a recreated object of the same name
+        is left alone). Returns False when it is already gone (or the uid no longer matches)."""
+        try:
+            path = object_path(api_version, kind, namespace, name)
+        except ValueError as exc:
+            raise ClusterRequestError(str(exc)) from None
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **({"preconditions": {"uid": uid}} if uid else {})}
+        status, raw = self._send("DELETE", path, f"delete {kind.lower()}", query=[], body=body,
+                                 content_type="application/json")
+        if 200 <= status < 300:
+            return True
+        if status in (404, 409):
+            return False
+        raise ClusterRequestError(f"delete {kind.lower()} {namespace}/{name}: HTTP {status} {_status_message(raw)}",
+                                  status=status)
+
+    def _send(self, method: str, path: str, what: str, *, query: list[tuple[str, str]], body: Any,
+              content_type: str) -> tuple[int, Any]:
+        """One write request; returns (status, body) for any HTTP answer below 500 except 429, raises
+        ClusterUnreachableError otherwise."""
         try:
             request = self._api_client.param_serialize(
-                method="PATCH", resource_path=path, query_params=query, body=document,
-                header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                method=method, resource_path=path, query_params=query, body=body,
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
                 auth_settings=["BearerToken"],
             )
             response = self._api_client.call_api(*request, _request_timeout=self._timeout)
             response.read()
         except ApiException as exc:
-            status, body = exc.status or 0, exc.body
+            status, data = exc.status or 0, exc.body
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ClusterUnreachableError(f"apply resourcequota: {type(exc).__name__}: {str(exc)[:200]}") from None
+            raise ClusterUnreachableError(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from None
         else:
-            status, body = int(response.status), response.data
+            status, data = int(response.status), response.data
         if status == 429 or status >= 500 or status == 0:
-            raise ClusterUnreachableError(f"apply resourcequota: HTTP {status} {_status_message(body)}", status=status)
-        data: Any = {}
-        with contextlib.suppress(orjson.JSONDecodeError, TypeError):
-            data = orjson.loads(body or b"{}")
-        data = data if isinstance(data, dict) else {}
-        if 200 <= status < 300:
-            return ApplyResult(True, status, object=data)
-        return ApplyResult(False, status, conflict=status == 409, message=str(data.get("message") or
-                                                                             _status_message(body))[:2000])
+            raise ClusterUnreachableError(f"{what}: HTTP {status} {_status_message(data)}", status=status)
+        return status, data
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort on shutdown

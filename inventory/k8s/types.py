@@ -15,13 +15,18 @@ class KindRef:
     group: str  # "" for core
     version: str
     namespaced: bool
-    api: str  # "core" or "resource"
+    api: str  # "core", "resource" or "admission"
     list_method: str  # method on the typed API class
+    namespace: str = ""  # only this namespace (namespaced kinds the portal reads from its own namespace)
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+
+# The namespace where the portal keeps its enforcement objects in each cluster (the privileged-exception
+# ConfigMap); the only namespace whose ConfigMaps are synced.
+PORTAL_SYSTEM_NAMESPACE = "accelerator-portal-system"
 
 KINDS: dict[str, KindRef] = {
     ref.key: ref
@@ -40,6 +45,18 @@ KINDS: dict[str, KindRef] = {
         KindRef(
             "resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1", True, "resource",
             "list_resource_claim_template_for_all_namespaces",
+        ),
+        KindRef(
+            "configmaps", "ConfigMap", "", "v1", True, "core", "list_namespaced_config_map",
+            namespace=PORTAL_SYSTEM_NAMESPACE,
+        ),
+        KindRef(
+            "validatingadmissionpolicies", "ValidatingAdmissionPolicy", "admissionregistration.k8s.io", "v1", False,
+            "admission", "list_validating_admission_policy",
+        ),
+        KindRef(
+            "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
+            False, "admission", "list_validating_admission_policy_binding",
         ),
     )
 }
@@ -85,6 +102,31 @@ DRY_RUN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1", "resourceclaims"),
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
 }
+
+
+# Kinds the portal writes (server-side apply, delete): (apiVersion, kind) → (path prefix, plural, namespaced).
+WRITE_KINDS: dict[tuple[str, str], tuple[str, str, bool]] = {
+    ("v1", "Namespace"): ("/api/v1", "namespaces", False),
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps", True),
+    ("v1", "ResourceQuota"): ("/api/v1", "resourcequotas", True),
+    ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1", "resourceclaims", True),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
+}
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
+    """The URL path of one object of a kind the portal writes (names are quoted)."""
+    from urllib.parse import quote
+
+    try:
+        prefix, plural, namespaced = WRITE_KINDS[(api_version, kind)]
+    except KeyError:
+        raise ValueError(f"the portal does not write {kind or 'unknown kind'} ({api_version})") from None
+    scope = f"/namespaces/{quote(namespace, safe='')}" if namespaced else ""
+    return f"{prefix}{scope}/{plural}/{quote(name, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

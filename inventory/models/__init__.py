@@ -2,8 +2,11 @@
 
 from inventory.models.derived import AllocationInterval, ClaimAllocation, Device, Finding, Health, Mode, Path
 from inventory.models.synced import (
+    AdmissionPolicy,
+    AdmissionPolicyBinding,
     Cluster,
     ClusterQuerySet,
+    ConfigMap,
     DeviceClass,
     Event,
     KubeObject,
@@ -20,10 +23,13 @@ from inventory.models.synced import (
 )
 
 __all__ = [
+    "AdmissionPolicy",
+    "AdmissionPolicyBinding",
     "AllocationInterval",
     "ClaimAllocation",
     "Cluster",
     "ClusterQuerySet",
+    "ConfigMap",
     "Device",
     "DeviceClass",
     "Event",

@@ -298,3 +298,29 @@ class ResourceClaimTemplate(KubeObject):
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("resourceclaimtemplate")
         indexes = _kube_indexes("claimtemplate")
+
+
+class ConfigMap(KubeObject):
+    """A mirrored core/v1 ConfigMap of the portal's own namespace (the privileged-exception object)."""
+
+    class Meta(KubeObject.Meta):
+        constraints = _kube_constraints("configmap")
+        indexes = _kube_indexes("cm")
+
+
+class AdmissionPolicy(KubeObject):
+    """A mirrored admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy."""
+
+    class Meta(KubeObject.Meta):
+        ordering = ["name"]
+        constraints = _kube_constraints("admissionpolicy")
+        indexes = _kube_indexes("vap")
+
+
+class AdmissionPolicyBinding(KubeObject):
+    """A mirrored admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding."""
+
+    class Meta(KubeObject.Meta):
+        ordering = ["name"]
+        constraints = _kube_constraints("admissionpolicybinding")
+        indexes = _kube_indexes("vapb")

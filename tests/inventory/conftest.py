@@ -13,7 +13,7 @@ import yaml
 from django.conf import settings
 from django.db import connection
 
-from inventory.kinds import MODELS, SYNCED_KINDS
+from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend
 from inventory.models import Cluster
 from inventory.services.clients import client_for
@@ -49,7 +49,10 @@ def cluster(sim: Simulator, transactional_db: None, clean_redis: redis.Redis) ->
 
 
 def sim_state(sim: Simulator, kind: str) -> dict[str, str]:
-    return {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in sim.store.objects(kind)}
+    """What the sync must mirror of a kind: every object, or those of the one namespace the kind is read from."""
+    only = kind_ref(kind).namespace
+    return {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in sim.store.objects(kind)
+            if not only or o["metadata"].get("namespace") == only}
 
 
 def db_state(cluster: Cluster, kind: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from inventory.kinds import SYNCED_KINDS
 from inventory.models import Cluster, SyncState
 from kubesim import Simulator
 from tests.inventory.conftest import assert_converged
@@ -89,5 +90,5 @@ def test_worker_and_beat_keep_the_mirror_live_and_survive_kill_9(
     assert_converged(sim, cluster, timeout=60)
     _assert_tombstoned(cluster, deleted)
     states = SyncState.objects.filter(cluster=cluster)
-    assert states.count() == 9
+    assert states.count() == len(SYNCED_KINDS)
     assert all(s.resource_version for s in states)

@@ -17,10 +17,10 @@ from django.conf import settings
 from django.db import connection
 
 from inventory.errors import ClusterUnreachableError, LeaseLostError
-from inventory.k8s.types import WatchEvent
+from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE, WatchEvent
 from inventory.kinds import SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend
-from inventory.models import Cluster, Node, Pod, SyncIssue, SyncState
+from inventory.models import Cluster, ConfigMap, Node, Pod, SyncIssue, SyncState
 from inventory.services.clients import client_for
 from inventory.services.sync import _apply_events, cluster_sync_once, kind_list, sync_state_for
 from kubesim import Simulator
@@ -72,13 +72,32 @@ def _assert_tombstoned(cluster: Cluster, uids: list[str]) -> None:
     assert all(deleted_at is not None for deleted_at in rows.values())
 
 
+def _portal_written_objects(sim: Simulator) -> None:
+    """What the portal writes for its exceptions (the demo scenario starts without them), plus a ConfigMap outside
+    the portal's namespace that must not be mirrored."""
+    sim.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": PORTAL_SYSTEM_NAMESPACE}})
+    for namespace in (PORTAL_SYSTEM_NAMESPACE, "ml-research"):
+        sim.store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "b"},
+                                        "metadata": {"name": "privileged-exceptions", "namespace": namespace}})
+    group = "admissionregistration.k8s.io/v1"
+    sim.store.create("validatingadmissionpolicies", {
+        "apiVersion": group, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"},
+        "spec": {"validations": [{"expression": "true"}]}})
+    sim.store.create("validatingadmissionpolicybindings", {
+        "apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "p"},
+        "spec": {"policyName": "p", "validationActions": ["Deny"]}})
+
+
 def test_initial_list_mirrors_every_kind_exactly(sim: Simulator, cluster: Cluster) -> None:
+    _portal_written_objects(sim)
     results = _sync_once(cluster, page_size=7)  # small pages: exercise limit/continue
 
     assert {r.kind for r in results} == set(SYNCED_KINDS)
     assert not differences(sim, cluster)
     for kind in SYNCED_KINDS:
         assert sim_state(sim, kind), f"the demo scenario should have {kind}"
+    assert list(ConfigMap.objects.values_list("namespace", flat=True)) == [PORTAL_SYSTEM_NAMESPACE]
     states = {s.kind: s for s in SyncState.objects.filter(cluster=cluster)}
     assert all(s.resource_version and s.phase == SyncState.Phase.WATCHING for s in states.values())
     node = Node.objects.filter(cluster=cluster).exclude(capacity={}).first()

@@ -136,7 +136,7 @@ def test_conflicting_field_manager_is_shown_and_retryable(world, lead, approver)
     sim, cluster = world["sim"], world["cluster"]
     # Someone else already manages requests.nvidia.com/gpu in our quota object.
     client = client_for(cluster)
-    other = client.apply_resource_quota({"apiVersion": "v1", "kind": "ResourceQuota",
+    other = client.apply({"apiVersion": "v1", "kind": "ResourceQuota",
                                          "metadata": {"name": QUOTA_NAME, "namespace": "ml-research"},
                                          "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}}, field_manager="kubectl")
     client.close()
