@@ -1,5 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
+from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewSet
 from portal.api import TenantViewSet
 from portal.quota_api import QuotaRequestViewSet, QuotaViewSet
 
@@ -9,4 +10,7 @@ router.include_root_view = False
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("quotas", QuotaViewSet, basename="quota")
+router.register("access-requests", AccessRequestViewSet, basename="access-request")
+router.register("grants", GrantViewSet, basename="grant")
+router.register("violations", ViolationViewSet, basename="violation")
 urlpatterns = router.urls

@@ -35,5 +35,9 @@ def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "")
     return len(recipients)
 
 
+def users_with_role(role: Role) -> list[Any]:
+    return list(get_user_model().objects.filter(groups__name=role.value, is_active=True).distinct())
+
+
 def approvers() -> list[Any]:
-    return list(get_user_model().objects.filter(groups__name=Role.APPROVER.value, is_active=True).distinct())
+    return users_with_role(Role.APPROVER)

@@ -7,4 +7,5 @@ urlpatterns = [
     path("tenants/", views.TenantListView.as_view(), name="tenant_list"),
     path("tenants/<slug:slug>/", views.TenantDetailView.as_view(), name="tenant_detail"),
     path("quota/", include("portal.quota_urls")),
+    path("access/", include("portal.access_urls")),
 ]

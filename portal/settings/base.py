@@ -134,6 +134,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OfferingLifecycleEnum": "catalog.models.Lifecycle",
         "LifecycleChangeEnum": ["active", "deprecated", "retired"],
+        "AccessKindEnum": "portal.models.AccessKind",
+        "ViolationKindEnum": "portal.models.Violation.Kind",
     },
 }
 
@@ -179,6 +181,9 @@ CELERY_BEAT_SCHEDULE = {
     # Applying quota requests become active once the sync shows them; expiry; re-enqueue lost applies.
     "portal-quota-confirm": {"task": "portal.quota_confirm", "schedule": env.float("PORTAL_QUOTA_CONFIRM_SECONDS",
                                                                                    default=10.0)},
+    # Exceptions: expiry, activation once the sync shows them, drift re-applies and violation detection.
+    "portal-access-reconcile": {"task": "portal.access_reconcile",
+                                "schedule": env.float("PORTAL_ACCESS_RECONCILE_SECONDS", default=10.0)},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
 # How the catalog learns which namespaces a user may target without importing the portal (dependencies point

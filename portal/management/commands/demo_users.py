@@ -11,6 +11,7 @@ DEMO_USERS = {
     "lead": Role.TENANT_LEAD,
     "approver": Role.APPROVER,
     "security": Role.SECURITY_APPROVER,
+    "security2": Role.SECURITY_APPROVER,  # exceptions need two distinct security approvals
     "admin": Role.PLATFORM_ADMIN,
     "finance": Role.FINANCE,
 }
