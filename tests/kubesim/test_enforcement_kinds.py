@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 
 import kubernetes
@@ -14,6 +13,7 @@ import yaml
 
 from kubesim import Simulator
 from kubesim.scenario import ScenarioError, load_scenario
+from tests.kubesim.test_kubectl import kubectl_runner
 
 from .conftest import request, watch_lines
 
@@ -269,21 +269,7 @@ def test_policy_watch_bookmarks(sim):
 # ------------------------------------------------------------------------------------------------ kubectl
 @pytest.fixture(scope="module")
 def kubectl(sim, tmp_path_factory):
-    config = str(sim.write_kubeconfig(tmp_path_factory.mktemp("kc") / "config"))
-
-    def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        p = subprocess.run(
-            ["kubectl", "--kubeconfig", config, "--request-timeout=20s", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and p.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {p.stderr}")
-        return p
-
-    return run
+    return kubectl_runner(str(sim.write_kubeconfig(tmp_path_factory.mktemp("kc") / "config")))
 
 
 POLICY_YAML = """\

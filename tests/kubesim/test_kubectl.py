@@ -31,8 +31,9 @@ def kubeconfig(sim, tmp_path_factory):
     return str(sim.write_kubeconfig(tmp_path_factory.mktemp("kc") / "config"))
 
 
-@pytest.fixture
-def kubectl(kubeconfig):
+def kubectl_runner(kubeconfig: str):
+    """`run(*args, check=True, stdin=None)`: the real kubectl against the simulator, failing the test on errors."""
+
     def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
         p = subprocess.run(
             ["kubectl", "--kubeconfig", kubeconfig, "--request-timeout=20s", *args],
@@ -46,6 +47,11 @@ def kubectl(kubeconfig):
         return p
 
     return run
+
+
+@pytest.fixture
+def kubectl(kubeconfig):
+    return kubectl_runner(kubeconfig)
 
 
 def test_get_nodes_table(kubectl):
