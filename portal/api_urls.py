@@ -1,7 +1,9 @@
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewSet
 from portal.api import TenantViewSet
+from portal.chargeback_api import ChargebackView, FocusExportView
 from portal.quota_api import QuotaRequestViewSet, QuotaViewSet
 
 app_name = "portal-api"
@@ -13,4 +15,8 @@ router.register("quotas", QuotaViewSet, basename="quota")
 router.register("access-requests", AccessRequestViewSet, basename="access-request")
 router.register("grants", GrantViewSet, basename="grant")
 router.register("violations", ViolationViewSet, basename="violation")
-urlpatterns = router.urls
+urlpatterns = [
+    path("chargeback/", ChargebackView.as_view(), name="chargeback"),
+    path("chargeback/focus/", FocusExportView.as_view(), name="chargeback-focus"),
+    *router.urls,
+]

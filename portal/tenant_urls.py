@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from portal import views
+from portal import chargeback_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -8,4 +8,5 @@ urlpatterns = [
     path("tenants/<slug:slug>/", views.TenantDetailView.as_view(), name="tenant_detail"),
     path("quota/", include("portal.quota_urls")),
     path("access/", include("portal.access_urls")),
+    path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),
 ]

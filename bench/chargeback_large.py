@@ -1,0 +1,157 @@
+"""Benchmark: a month of chargeback for the `large` scenario with churn history, by tenant and offering.
+
+Syncs `large` into its own PostgreSQL database (or reuses it with --reuse), runs catalog discovery (one offering per
+distinct unit) and gives every offering a price (half of them change price mid-month), maps the namespaces to 20
+tenants, and adds a month of churn history: for every day of the month, a third of the synced allocation intervals
+again as closed intervals of 1–36 hours (about 10 × the live intervals). Then times the report the API computes for
+`window=<month>&aggregate=tenant,offering&step=month` (pieces, aggregation, totals) in a fresh process, and checks
+that the totals by tenant and by offering equal the overall total.
+
+    .venv/bin/python bench/chargeback_large.py [--reuse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_large import free_port, run_measured
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+MONTH_START, MONTH_END = "2026-11-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00"
+
+REPORT = """
+import json, time, datetime as dt, django
+django.setup()
+from portal import chargeback as cb
+start, end = cb.parse_window("2026-11-01,2026-12-01")
+now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+runs = []
+for _ in range(RUNS):
+    t0 = time.perf_counter()
+    found = cb.pieces(start, end, step="month", scope=cb.Scope(True, set()), now=now)
+    rows = cb.aggregate(found, ("tenant", "offering"))
+    totals = cb.totals(found)
+    runs.append(time.perf_counter() - t0)
+by_tenant = sum(r["cost"] for r in cb.aggregate(found, ("tenant",)))
+by_offering = sum(r["cost"] for r in cb.aggregate(found, ("offering",)))
+total = sum(t["cost"] for t in totals)
+assert by_tenant == by_offering == total, (by_tenant, by_offering, total)
+print(json.dumps({"seconds": [round(r, 2) for r in runs], "pieces": len(found), "rows": len(rows),
+                  "total_cost": str(total), "totals_equal": True}))
+"""
+
+
+def _history(conn: psycopg.Connection) -> None:
+    """A month of churn: each day, a third of the live intervals again as closed intervals of 1-36 hours."""
+    conn.execute("DELETE FROM inventory_allocationinterval WHERE holder_uid LIKE '%%~h%%'")
+    conn.execute(f"""
+        INSERT INTO inventory_allocationinterval
+            (cluster_id, holder_kind, holder_uid, namespace, name, node_name, resource, quantity, admin_access,
+             started_at, ended_at, updated_at)
+        SELECT i.cluster_id, i.holder_kind, i.holder_uid || '~h' || d, i.namespace, i.name || '-' || d, i.node_name,
+               i.resource, i.quantity, i.admin_access,
+               '{MONTH_START}'::timestamptz + make_interval(days => d, hours => (i.id % 24)::int),
+               '{MONTH_START}'::timestamptz + make_interval(days => d, hours => (i.id % 24)::int + 1 + (i.id % 36)::int),
+               now()
+        FROM inventory_allocationinterval i CROSS JOIN generate_series(0, 29) AS d
+        WHERE i.id % 3 = d % 3 AND i.holder_uid NOT LIKE '%%~h%%'
+    """)
+
+
+def _prices_and_tenants(conn: psycopg.Connection) -> None:
+    conn.execute("DELETE FROM catalog_offeringprice")
+    conn.execute(f"""
+        INSERT INTO catalog_offeringprice (offering_id, unit_price, currency, effective_from, effective_to, created_at)
+        SELECT id, 1 + id % 5, 'EUR', '2026-01-01T00:00:00+00:00',
+               CASE WHEN id % 2 = 0 THEN '2026-11-15T00:00:00+00:00'::timestamptz END, now()
+        FROM catalog_offering;
+        INSERT INTO catalog_offeringprice (offering_id, unit_price, currency, effective_from, effective_to, created_at)
+        SELECT id, 0.5 + id % 3, 'EUR', '2026-11-15T00:00:00+00:00', NULL, now()
+        FROM catalog_offering WHERE id % 2 = 0;
+        DELETE FROM portal_chargemapping;
+        DELETE FROM portal_tenantnamespace;
+        DELETE FROM portal_tenant WHERE slug LIKE 'bench-%%';
+        INSERT INTO portal_tenant (slug, name, cost_center, created_at)
+        SELECT 'bench-' || n, 'Bench ' || n, 'CC-' || n, now() FROM generate_series(1, 20) AS n;
+    """)
+    conn.execute("""
+        INSERT INTO portal_tenantnamespace (tenant_id, cluster_id, namespace, source)
+        SELECT t.id, ns.cluster_id, ns.name, 'explicit'
+        FROM (SELECT cluster_id, name, row_number() OVER (ORDER BY name) AS n
+              FROM inventory_namespace WHERE deleted_at IS NULL) ns
+        JOIN portal_tenant t ON t.slug = 'bench-' || (1 + ns.n % 20)
+    """)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="portal_bench_chargeback")
+    parser.add_argument("--reuse", action="store_true", help="Reuse an already synced database.")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
+           "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}",
+           "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}
+    if not args.reuse:
+        workdir = Path(tempfile.mkdtemp(prefix="portal-bench-"))
+        kubeconfig = str(workdir / "kubeconfig")
+        sim = subprocess.Popen([PY, "-m", "kubesim", "--scenario", "large", "--port", str(free_port()),
+                                "--write-kubeconfig", kubeconfig], cwd=ROOT, stdout=subprocess.DEVNULL)
+        try:
+            while not Path(kubeconfig).exists():
+                if sim.poll() is not None:
+                    raise SystemExit("simulator exited")
+                time.sleep(0.5)
+            with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
+                admin.execute(f'CREATE DATABASE "{args.db}"')
+            subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+            subprocess.run([PY, "manage.py", "cluster_add", "large", "--kubeconfig", kubeconfig], cwd=ROOT, env=env,
+                           check=True, stdout=subprocess.DEVNULL)
+            print("syncing large …", flush=True)
+            subprocess.run([PY, "manage.py", "sync", "--cluster", "large", "--once"], cwd=ROOT, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+        finally:
+            sim.terminate()
+            sim.wait(timeout=30)
+    else:
+        subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([PY, "manage.py", "catalog_refresh", "--discover", "--no-capacity"], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
+        _prices_and_tenants(conn)
+        _history(conn)
+        intervals = conn.execute("SELECT count(*) FROM inventory_allocationinterval").fetchone()[0]
+        offerings = conn.execute("SELECT count(*) FROM catalog_offering").fetchone()[0]
+    print(f"{intervals} allocation intervals (live + a month of churn), {offerings} priced offerings", flush=True)
+    out = Path(tempfile.mkstemp(prefix="chargeback-")[1])
+    with out.open("wb") as fh:
+        seconds, rss_kib, code = run_measured([PY, "-c", REPORT.replace("RUNS", str(args.runs))], env=env,
+                                              stdout=fh.fileno())
+    if code != 0:
+        raise SystemExit(f"the report failed with {code}")
+    report = json.loads(out.read_text().strip().splitlines()[-1])
+    result = {"intervals": intervals, "offerings": offerings, **report,
+              "best_seconds": min(report["seconds"]), "first_run_includes": "resolving and freezing the offering "
+              "of every resource (ChargeMapping), done once", "process_peak_rss_mb": round(rss_kib / 1024, 1),
+              "process_seconds": round(seconds, 2)}
+    print(json.dumps(result, indent=2))
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    (results / "chargeback_large.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""Chargeback pages: a tenant's monthly statement (their own tenants only) and finance's all-tenant view, both
+with the cost per day as a chart (server-rendered SVG, no script) and CSV downloads through the API."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.urls import reverse
+from django.utils import timezone
+from django.views.generic import TemplateView
+
+from portal import chargeback as cb
+from portal.models import Tenant, sees_all_tenants
+
+CHART_WIDTH, CHART_HEIGHT = 720, 160
+
+
+def _month(text: str) -> dt.datetime:
+    try:
+        year, month = (int(p) for p in (text or "").split("-", 1))
+        return dt.datetime(year, month, 1, tzinfo=dt.UTC)
+    except ValueError:
+        now = timezone.now()
+        return dt.datetime(now.year, now.month, 1, tzinfo=dt.UTC)
+
+
+def chart(days: list[tuple[dt.datetime, Decimal]]) -> dict[str, Any]:
+    """Bars of the cost per day, scaled to the largest day."""
+    top = max((cost for _, cost in days), default=Decimal(0))
+    width = CHART_WIDTH / max(len(days), 1)
+    bars = []
+    for index, (day, cost) in enumerate(days):
+        height = float(cost / top) * (CHART_HEIGHT - 20) if top else 0.0
+        bars.append({"x": round(index * width + 1, 1), "y": round(CHART_HEIGHT - height, 1),
+                     "width": round(max(width - 2, 1), 1), "height": round(height, 1),
+                     "label": f"{day:%Y-%m-%d}: {cost.quantize(Decimal('0.01'))}"})
+    return {"bars": bars, "width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top}
+
+
+class ChargebackView(LoginRequiredMixin, TemplateView):
+    template_name = "portal/chargeback.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = self.request.user
+        start = _month(self.request.GET.get("month", ""))
+        end = _next_month(start)
+        finance = sees_all_tenants(user)
+        tenant = self.request.GET.get("tenant") or None
+        dimensions = ("tenant",) if finance and not tenant else ("tenant", "namespace", "offering")
+        found = cb.pieces(start, end, step="day", scope=cb.Scope.for_user(user), tenant=tenant)
+        per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)
+        for piece in found:
+            per_day[piece.period_start] += piece.cost
+        days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
+        monthly = cb.aggregate(cb.pieces(start, end, step="month", scope=cb.Scope.for_user(user), tenant=tenant),
+                               dimensions)
+        query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
+                 **({"tenant": tenant} if tenant else {})}
+        api = reverse("portal-api:chargeback")
+        context.update({
+            "finance": finance, "month": f"{start:%Y-%m}", "start": start, "end": end, "rows": monthly,
+            "dimensions": dimensions, "totals": cb.totals(found), "chart": chart(days), "tenant": tenant,
+            "tenants": Tenant.objects.visible_to(user).order_by("name"),
+            "csv_url": f"{api}?{urlencode({**query, 'format': 'csv'})}",
+            "detail_url": f"{api}?{urlencode({**query, 'format': 'csv', 'detail': 'intervals'})}",
+            "focus_url": f"{reverse('portal-api:chargeback-focus')}?{urlencode({k: v for k, v in query.items() if k in ('window', 'tenant')})}",
+            "previous": f"{_previous_month(start):%Y-%m}", "next": f"{end:%Y-%m}",
+        })
+        return context
+
+
+def _next_month(moment: dt.datetime) -> dt.datetime:
+    return (moment.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+def _previous_month(moment: dt.datetime) -> dt.datetime:
+    return (moment - dt.timedelta(days=1)).replace(day=1)
