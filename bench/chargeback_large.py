@@ -3,7 +3,7 @@
 Syncs `large` into its own PostgreSQL database (or reuses it with --reuse), runs catalog discovery (one offering per
 distinct unit) and gives every offering a price (half of them change price mid-month), maps the namespaces to 20
 tenants, and adds a month of churn history: for every day of the month, a third of the synced allocation intervals
-again as closed intervals of 1–36 hours (about 10 × the live intervals). Then times the report the API computes for
+again as closed intervals of 1-36 hours (about 10 times the live intervals). Then times the report the API computes for
 `window=<month>&aggregate=tenant,offering&step=month` (pieces, aggregation, totals) in a fresh process, and checks
 that the totals by tenant and by offering equal the overall total.
 
@@ -55,23 +55,23 @@ print(json.dumps({"seconds": [round(r, 2) for r in runs], "pieces": len(found), 
 def _history(conn: psycopg.Connection) -> None:
     """A month of churn: each day, a third of the live intervals again as closed intervals of 1-36 hours."""
     conn.execute("DELETE FROM inventory_allocationinterval WHERE holder_uid LIKE '%%~h%%'")
-    conn.execute(f"""
+    conn.execute("""
         INSERT INTO inventory_allocationinterval
             (cluster_id, holder_kind, holder_uid, namespace, name, node_name, resource, quantity, admin_access,
              started_at, ended_at, updated_at)
         SELECT i.cluster_id, i.holder_kind, i.holder_uid || '~h' || d, i.namespace, i.name || '-' || d, i.node_name,
                i.resource, i.quantity, i.admin_access,
-               '{MONTH_START}'::timestamptz + make_interval(days => d, hours => (i.id % 24)::int),
-               '{MONTH_START}'::timestamptz + make_interval(days => d, hours => (i.id % 24)::int + 1 + (i.id % 36)::int),
+               %(start)s::timestamptz + make_interval(days => d, hours => (i.id %% 24)::int),
+               %(start)s::timestamptz + make_interval(days => d, hours => (i.id %% 24)::int + 1 + (i.id %% 36)::int),
                now()
         FROM inventory_allocationinterval i CROSS JOIN generate_series(0, 29) AS d
-        WHERE i.id % 3 = d % 3 AND i.holder_uid NOT LIKE '%%~h%%'
-    """)
+        WHERE i.id %% 3 = d %% 3 AND i.holder_uid NOT LIKE '%%~h%%'
+    """, {"start": MONTH_START})
 
 
 def _prices_and_tenants(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM catalog_offeringprice")
-    conn.execute(f"""
+    conn.execute("""
         INSERT INTO catalog_offeringprice (offering_id, unit_price, currency, effective_from, effective_to, created_at)
         SELECT id, 1 + id % 5, 'EUR', '2026-01-01T00:00:00+00:00',
                CASE WHEN id % 2 = 0 THEN '2026-11-15T00:00:00+00:00'::timestamptz END, now()

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -46,6 +48,7 @@ MAX_SPAN = dt.timedelta(days=400)
 _MICRO = dt.timedelta(microseconds=1)
 _HOUR_MICROS = Decimal(3600 * 1_000_000)
 UNASSIGNED = ""
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class ChargebackError(PortalError):
@@ -318,9 +321,22 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
         for cluster_id, namespaces in by_cluster.items():
             condition |= Q(cluster_id=cluster_id, namespace__in=namespaces)
         rows = rows.filter(condition)
-    return list(rows.order_by("id").values("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name",
-                                           "node_name", "resource", "quantity", "admin_access", "started_at",
-                                           "ended_at"))
+    columns = ("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name", "node_name", "resource",
+               "quantity", "admin_access")
+    if connection.vendor != "postgresql":
+        return list(rows.order_by("id").values(*columns, "started_at", "ended_at"))
+    # Parsing 400,000 timestamptz values dominates a month of `large`: read them as epoch microseconds instead
+    # (constant SQL, no input in it).
+    started_us = RawSQL("(EXTRACT(EPOCH FROM started_at) * 1000000)::bigint", ())
+    ended_us = RawSQL("(EXTRACT(EPOCH FROM ended_at) * 1000000)::bigint", ())
+    found = []
+    for row in rows.order_by("id").values(*columns, started_us=started_us, ended_us=ended_us).iterator(
+            chunk_size=5000):
+        row["started_at"] = EPOCH + dt.timedelta(microseconds=row.pop("started_us"))
+        ended = row.pop("ended_us")
+        row["ended_at"] = None if ended is None else EPOCH + dt.timedelta(microseconds=ended)
+        found.append(row)
+    return found
 
 
 def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, cluster: str | None = None,
@@ -336,33 +352,31 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
         "cluster_id", "namespace", "tenant__slug", "tenant__cost_center")}
     steps = buckets(start, end, step)
     out: list[Piece] = []
+    append, quantize, zero = out.append, Decimal.quantize, Decimal(0)
     for interval in intervals:
         lo = max(interval["started_at"], start)
         hi = min(interval["ended_at"] or now, end)
         if hi <= lo:
             continue
         offering_id = offering_of.get(_mapping_key(interval))
+        offering_periods = periods.get(offering_id, []) if offering_id else []
+        slug = offerings.get(offering_id, "") if offering_id else ""
         tenant_slug, cost_center = owners.get((interval["cluster_id"], interval["namespace"]), (UNASSIGNED, ""))
         holder = f"{interval['holder_kind']}/{interval['namespace']}/{interval['name']}"
+        quantity, admin = interval["quantity"], interval["admin_access"]
+        cluster_name = clusters.get(interval["cluster_id"], "")
         for bucket_start, bucket_end in steps:
             part_lo, part_hi = max(lo, bucket_start), min(hi, bucket_end)
             if part_hi <= part_lo:
                 continue
-            for piece_start, piece_end, period in priced_parts(periods.get(offering_id, []) if offering_id else [],
-                                                               part_lo, part_hi):
-                unit_hours = (interval["quantity"] * _hours(piece_start, piece_end)).quantize(PRECISION,
-                                                                                               ROUND_HALF_EVEN)
-                price = None if period is None else (Decimal(0) if interval["admin_access"] else period.unit_price)
-                cost = Decimal(0) if price is None else (
-                    price * interval["quantity"] * _hours(piece_start, piece_end)).quantize(PRECISION,
-                                                                                           ROUND_HALF_EVEN)
-                out.append(Piece(
-                    interval_id=interval["id"], holder=holder, cluster=clusters.get(interval["cluster_id"], ""),
-                    namespace=interval["namespace"], tenant=tenant_slug, cost_center=cost_center,
-                    offering=offerings.get(offering_id, "") if offering_id else "", resource=interval["resource"],
-                    node_name=interval["node_name"], period_start=bucket_start, start=piece_start, end=piece_end,
-                    quantity=interval["quantity"], unit_price=price, currency=period.currency if period else "",
-                    admin_access=interval["admin_access"], unit_hours=unit_hours, cost=cost))
+            for piece_start, piece_end, period in priced_parts(offering_periods, part_lo, part_hi):
+                used = quantity * _hours(piece_start, piece_end)
+                price = None if period is None else (zero if admin else period.unit_price)
+                append(Piece(
+                    interval["id"], holder, cluster_name, interval["namespace"], tenant_slug, cost_center, slug,
+                    interval["resource"], interval["node_name"], bucket_start, piece_start, piece_end, quantity,
+                    price, period.currency if period else "", admin, quantize(used, PRECISION, ROUND_HALF_EVEN),
+                    zero if price is None else quantize(price * used, PRECISION, ROUND_HALF_EVEN)))
     return out
 
 
