@@ -3,7 +3,8 @@
 Sensitive: any attribute/key whose name contains ``uuid``, ``serial``, ``pciBusID`` or ``pcieRoot`` (case-insensitive,
 so ``resource.kubernetes.io/pciBusID`` and ``parentUUID`` match), the ``parent`` card of a DRA partition, and any
 key named ``parent``. Platform roles (platform-admin, approver, security-approver, superusers) see them; tenant roles
-(tenant-member, tenant-lead) and finance see ``REDACTED``. Pages and API both call these functions.
+(tenant-member, tenant-lead) and finance see ``REDACTED``; so does an API token without the ``inventory:sensitive``
+scope, whoever its user is. Pages and API both call these functions.
 """
 
 from __future__ import annotations
@@ -16,11 +17,21 @@ from django.conf import settings
 REDACTED = "redacted"
 _SENSITIVE_NAME = re.compile(r"uuid|serial|pcibusid|pcieroot", re.IGNORECASE)
 _CACHE_ATTR = "_portal_can_see_sensitive"
+# API token requests: the authentication sets this frozenset of scopes on the user (apitokens, not imported here).
+_SCOPES_ATTR = "api_token_scopes"
+SENSITIVE_SCOPE = "inventory:sensitive"
 
 
 def can_see_sensitive(user: Any) -> bool:
-    """True for superusers and members of a platform role; cached on the user object (one query per request)."""
+    """True for superusers and members of a platform role; cached on the user object (one query per request).
+
+    A request authenticated with an API token also needs the token's `inventory:sensitive` scope, whatever the
+    user's roles. That check comes before the cache and costs nothing, so the cached role answer stays valid.
+    """
     if not getattr(user, "is_authenticated", False):
+        return False
+    token_scopes = getattr(user, _SCOPES_ATTR, None)
+    if token_scopes is not None and SENSITIVE_SCOPE not in token_scopes:
         return False
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
