@@ -6,11 +6,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.http import HttpRequest
 
 from inventory import models
 from inventory.errors import ClusterConfigError
+from inventory.services.changes import change_feed_lock
 from inventory.services.clients import parse_kubeconfig
+from inventory.services.clusters import cluster_change_record
 
 KUBECONFIG_SET = "••• (set)"
 
@@ -78,6 +81,21 @@ class ClusterAdmin(admin.ModelAdmin):
     list_filter = ["connection", "sync_enabled"]
     search_fields = ["name", "description"]
     readonly_fields = ["server_version", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The name is the cluster's identity in the change feed and the CMDB: fixed once registered.
+        return [*self.readonly_fields, "name"] if obj is not None else list(self.readonly_fields)
+
+    # Edits here reach the CMDB change feed like the services' writes do. (Deleting a cluster is not possible
+    # here: its sync rows are read-only; inventory.services.clusters.cluster_delete records the feed events.)
+    def save_model(self, request: HttpRequest, obj: models.Cluster, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            before = None
+            if change and obj.pk:
+                change_feed_lock(cluster_id=obj.pk)
+                before = models.Cluster.objects.filter(pk=obj.pk).first()
+            super().save_model(request, obj, form, change)
+            cluster_change_record(cluster=obj, before=before)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

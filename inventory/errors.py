@@ -40,3 +40,11 @@ class ClusterConfigError(ClusterError):
 
 class LeaseLostError(PortalError):
     """This watcher no longer holds its lease (a successor has a higher fencing token); stop writing."""
+
+
+class ChangeFeedCursorError(PortalError):
+    """A change-feed cursor that this portal did not issue (the API answers 400)."""
+
+
+class ChangeFeedGoneError(PortalError):
+    """The cursor points before the retained history: events it has not seen were pruned (the API answers 410)."""

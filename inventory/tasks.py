@@ -96,3 +96,11 @@ def watch_window_task(cluster_id: int, kind: str) -> str:
         watch_window_task.delay(cluster_id, kind)
     logger.info("watch window %s/%s: %s", cluster.name, kind, outcome)
     return outcome
+
+
+@shared_task(name="inventory.change_events_prune", ignore_result=True)
+def change_events_prune_task() -> int:
+    """Beat (daily): drop change-feed events older than PORTAL_CHANGE_RETENTION_DAYS, keeping each object's latest."""
+    from inventory.services.changes import change_events_prune
+
+    return change_events_prune().deleted

@@ -1,5 +1,7 @@
-"""Inventory models: mirrored Kubernetes objects (synced.py) and what is derived from them (derived.py)."""
+"""Inventory models: mirrored Kubernetes objects (synced.py), what is derived from them (derived.py) and the CMDB
+change feed (changes.py)."""
 
+from inventory.models.changes import ChangeEvent, ChangeFeedPrune
 from inventory.models.derived import AllocationInterval, ClaimAllocation, Device, Finding, Health, Mode, Path
 from inventory.models.synced import (
     AdmissionPolicy,
@@ -26,6 +28,8 @@ __all__ = [
     "AdmissionPolicy",
     "AdmissionPolicyBinding",
     "AllocationInterval",
+    "ChangeEvent",
+    "ChangeFeedPrune",
     "ClaimAllocation",
     "Cluster",
     "ClusterQuerySet",

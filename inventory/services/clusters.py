@@ -5,8 +5,10 @@ from __future__ import annotations
 from django.db import transaction
 
 from audit.services import audit_record
+from inventory.changefeed import cluster_snapshot, snapshot_text
 from inventory.errors import ClusterConfigError
 from inventory.models import Cluster
+from inventory.services.changes import change_feed_lock, cluster_changes_record
 from inventory.services.clients import parse_kubeconfig
 
 
@@ -25,8 +27,13 @@ def cluster_register(
         connection = Cluster.ConnectionKind.KUBECONFIG_PATH
     else:
         connection = Cluster.ConnectionKind.IN_CLUSTER
-    previous = Cluster.objects.filter(name=name).values("connection", "kubeconfig_path", "context",
-                                                         "description").first()
+    existing = Cluster.objects.filter(name=name).first()
+    if existing is not None:
+        change_feed_lock(cluster_id=existing.pk)  # before the first write, like every writer of the change feed
+    previous = None
+    if existing is not None:
+        previous = {"connection": existing.connection, "kubeconfig_path": existing.kubeconfig_path,
+                    "context": existing.context, "description": existing.description}
     cluster, created = Cluster.objects.update_or_create(
         name=name,
         defaults={
@@ -34,9 +41,28 @@ def cluster_register(
             "context": context, "description": description, "sync_enabled": True,
         },
     )
+    cluster_changes_record(cluster=cluster, before=snapshot_text(cluster_snapshot(existing)) if existing else None)
     # The kubeconfig is a secret: the audit records that it changed, never its content.
     after = {"connection": connection, "kubeconfig_path": kubeconfig_path, "context": context,
              "description": description}
     audit_record(actor=actor, verb="cluster.registered" if created else "cluster.updated", target=cluster,
                  before=previous, after=after)
     return cluster
+
+
+@transaction.atomic(durable=True)
+def cluster_delete(*, cluster_id: int, actor: object = None) -> None:
+    """Delete a cluster and everything mirrored or derived from it; the change feed records the deletion of its
+    nodes, devices and itself, and the audit log the deletion (never the kubeconfig)."""
+    change_feed_lock(cluster_id=cluster_id)
+    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster_changes_record(cluster=cluster, before=None, deleted=True)
+    audit_record(actor=actor, verb="cluster.deleted", target=cluster,
+                 before={"name": cluster.name, "connection": cluster.connection, "context": cluster.context,
+                         "description": cluster.description})
+    cluster.delete()
+
+
+def cluster_change_record(*, cluster: Cluster, before: Cluster | None) -> None:
+    """After an edit outside `cluster_register` (the admin), inside its transaction: the change-feed event."""
+    cluster_changes_record(cluster=cluster, before=snapshot_text(cluster_snapshot(before)) if before else None)

@@ -33,6 +33,7 @@ from inventory.extract import parse_time
 from inventory.k8s.quantity import parse_quantity
 from inventory.models import (
     AllocationInterval,
+    ChangeEvent,
     ClaimAllocation,
     Device,
     Finding,
@@ -45,6 +46,7 @@ from inventory.models import (
     ResourceSlice,
 )
 from inventory.representations import device_content_hash, device_documents
+from inventory.services.changes import changes_record, device_changes
 from inventory.signals import devices_changed
 
 GPU_LABEL_PREFIX = "nvidia.com/"
@@ -757,9 +759,14 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[Pool
 
 
 def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
-    """Replace the devices of `scope`, writing only rows whose content changed (most rows of a batch do not)."""
+    """Replace the devices of `scope`, writing only rows whose content changed (most rows of a batch do not), and
+    the change-feed events of the rows whose CMDB snapshot changed."""
     now = timezone.now()
-    current = dict(Device.objects.filter(Q(cluster_id=cluster_id) & scope).values_list("key", "content_hash"))
+    current: dict[str, str] = {}
+    feed_hashes: dict[str, str] = {}
+    for key, content_hash, feed_hash in (Device.objects.filter(Q(cluster_id=cluster_id) & scope)
+                                         .values_list("key", "content_hash", "feed_hash")):
+        current[key], feed_hashes[key] = content_hash, feed_hash
     changed = []
     for device in devices:
         device.content_hash = device_content_hash(device)
@@ -768,8 +775,12 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
         device.updated_at = now
         device.api_document, device.api_document_redacted = device_documents(device)
         changed.append(device)
+    keys = {d.key for d in devices}
+    # The events first: generating them sets each rewritten row's feed_hash, which the replacement then stores.
+    changes_record(cluster_id=cluster_id, object_type=ChangeEvent.ObjectType.DEVICE,
+                   changes=device_changes(previous=feed_hashes, rewritten=changed, kept=keys))
     _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set(), write=changed)
-    if changed or set(current) - {d.key for d in devices}:
+    if changed or set(current) - keys:
         _announce(cluster_id)
 
 

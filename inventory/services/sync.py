@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from inventory.k8s.types import WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
 from inventory.models import KubeObject, SyncIssue, SyncState
+from inventory.services.changes import change_feed_lock, nodes_tracked
 from inventory.services.derive import (
     SCOPE_COLUMNS,
     Scope,
@@ -84,9 +85,14 @@ def sync_state_for(*, cluster_id: int, kind: str) -> SyncState:
 
 
 @contextmanager
-def _fenced(state_id: int, token: int) -> Iterator[None]:
-    """A transaction that proceeds only while `token` is the newest fencing token that wrote for this state."""
+def _fenced(state_id: int, token: int, *, cmdb_cluster_id: int | None = None) -> Iterator[None]:
+    """A transaction that proceeds only while `token` is the newest fencing token that wrote for this state.
+
+    `cmdb_cluster_id`: the transaction may write that cluster's nodes or devices (and their change-feed events), so
+    it first takes the cluster's change lock, before the fence gives it a transaction id."""
     with transaction.atomic():
+        if cmdb_cluster_id is not None:
+            change_feed_lock(cluster_id=cmdb_cluster_id)
         fence = SyncState.objects.select_for_update().values_list("fence", flat=True).get(pk=state_id)
         if fence > token:
             raise LeaseLostError(f"sync state {state_id}: fencing token {token} superseded by {fence}")
@@ -121,6 +127,18 @@ def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[A
             by_uid[columns["uid"]] = len(rows)
             rows.append(row)
     return rows, problems
+
+
+def _writes_cmdb(kind: str, *, derive: bool) -> bool:
+    """Whether a transaction applying `kind` may write nodes or devices (node rows; any derivation)."""
+    return kind == "nodes" or (derive and kind in SCOPE_COLUMNS)
+
+
+def _nodes_tracked(kind: str, cluster_id: int, rows: Iterable[KubeObject]) -> AbstractContextManager[None]:
+    """Change-feed events for the nodes a write of `rows` touches (nothing for other kinds)."""
+    if kind != "nodes":
+        return nullcontext()
+    return nodes_tracked(cluster_id=cluster_id, names={row.name for row in rows})
 
 
 def _update_fields(model: type[KubeObject], *, with_list_id: bool) -> list[str]:
@@ -186,7 +204,8 @@ def kind_list(
         lease.keep()
         page = client.list_page(ref, limit=page_size, continue_token=token)  # I/O outside any transaction
         rows, problems = _rows(model, cluster_id, kind, page.items, list_id=list_id, deleted_at=None)
-        with _fenced(lease.state_id, lease.token):
+        cmdb = cluster_id if _writes_cmdb(kind, derive=False) else None
+        with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), _nodes_tracked(kind, cluster_id, rows):
             _upsert(model, rows, with_list_id=True)
             SyncIssue.objects.bulk_create(problems)
             result.count += len(rows)
@@ -205,11 +224,12 @@ def kind_list(
             break
 
     now = timezone.now()
-    with _fenced(lease.state_id, lease.token):
-        result.tombstoned = (
-            model.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).exclude(list_id=list_id)
-            .update(deleted_at=now)
-        )
+    cmdb = cluster_id if _writes_cmdb(kind, derive=derive) else None
+    with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
+        vanished = model.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).exclude(list_id=list_id)
+        gone = list(vanished.only("name")) if kind == "nodes" else []
+        with _nodes_tracked(kind, cluster_id, gone):
+            result.tombstoned = vanished.update(deleted_at=now)
         result.seconds = time.monotonic() - started
         SyncState.objects.filter(pk=lease.state_id).update(
             resource_version=result.resource_version, phase=SyncState.Phase.WATCHING,
@@ -233,7 +253,8 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     gone_uids = {row.uid for row in gone}
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
     resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
-    with _fenced(lease.state_id, lease.token):
+    cmdb = cluster_id if _writes_cmdb(kind, derive=True) else None
+    with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         scope = Scope()
         if kind in SCOPE_COLUMNS and (live or gone):
             columns = SCOPE_COLUMNS[kind]
@@ -241,7 +262,8 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
             before = model.objects.filter(cluster_id=cluster_id, uid__in=uids).values(*columns)
             scope.merge(scope_for_rows(kind, before))
             scope.merge(scope_for_rows(kind, [{c: getattr(row, c) for c in columns} for row in live + gone]))
-        _upsert(model, live + gone, with_list_id=False)
+        with _nodes_tracked(kind, cluster_id, live + gone):
+            _upsert(model, live + gone, with_list_id=False)
         if scope:
             derive_scope(cluster_id=cluster_id, scope=scope)
         SyncIssue.objects.bulk_create(problems + gone_problems)
@@ -357,5 +379,6 @@ def cluster_sync_once(
         finally:
             lease.release()
     with transaction.atomic():
+        change_feed_lock(cluster_id=cluster_id)
         derive_cluster(cluster_id=cluster_id)  # once, after every kind is in
     return results

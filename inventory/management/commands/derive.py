@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from inventory.models import Cluster
+from inventory.services.changes import change_feed_lock
 from inventory.services.derive import derive_cluster
 
 
@@ -28,5 +29,6 @@ class Command(BaseCommand):
         for cluster in clusters:
             started = time.monotonic()
             with transaction.atomic():
+                change_feed_lock(cluster_id=cluster.pk)
                 derive_cluster(cluster_id=cluster.pk)
             self.stdout.write(f"{cluster.name}: derived in {time.monotonic() - started:.2f}s")
