@@ -1404,6 +1404,8 @@ class _Builder:
             alloc["nodeSelector"] = {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [c.node]}]}]
             }
+            # The scheduler allocates a moment after creation (API 1.34+ records when).
+            alloc["allocationTimestamp"] = _ts(c.created + 2)
             obj["status"]["allocation"] = alloc
             if c.reserved:
                 obj["status"]["reservedFor"] = c.reserved

@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from inventory.fields import BulkJSONField
+from inventory.fields import BulkJSONField, EncryptedTextField
 
 
 class ClusterQuerySet(models.QuerySet["Cluster"]):
@@ -32,7 +32,8 @@ class Cluster(models.Model):
     name = models.SlugField(max_length=63)
     description = models.CharField(max_length=200, blank=True)
     connection = models.CharField(max_length=20, choices=ConnectionKind.choices, default=ConnectionKind.KUBECONFIG)
-    kubeconfig = models.TextField(blank=True, help_text="Kubeconfig YAML. Secret: never logged or displayed.")
+    kubeconfig = EncryptedTextField(blank=True, help_text="Kubeconfig YAML. Secret: encrypted at rest, never logged or "
+                                    "displayed.")
     kubeconfig_path = models.CharField(max_length=500, blank=True)
     context = models.CharField(max_length=200, blank=True, help_text="Kubeconfig context; empty = current-context.")
     sync_enabled = models.BooleanField(default=True)

@@ -19,3 +19,4 @@ os.environ.setdefault("PORTAL_WATCH_WINDOW_SECONDS", "60")
 from portal.settings.base import *  # noqa: E402, F403
 
 PORTAL_DEMO = True
+LOGGING["handlers"]["console"]["formatter"] = env("PORTAL_LOG_FORMAT", default="plain")  # noqa: F405 - for humans

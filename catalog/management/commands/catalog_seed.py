@@ -11,10 +11,12 @@ from typing import Any
 
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_record
 from catalog.errors import OfferingValidationError
-from catalog.models import Offering
+from catalog.models import Offering, OfferingPrice
 from catalog.services.offerings import offering_create, offering_lifecycle_change, price_set
 
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo_offerings.yaml"
@@ -25,6 +27,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--file", type=Path, default=DEMO)
+        parser.add_argument(
+            "--prices-from", type=dt.date.fromisoformat, default=None,
+            help="Start the first price of each offering this command creates on this date (default: January 1 of "
+                 "this year), so the demo's simulated history is priced. Only new offerings: no charge is rewritten.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         entries = yaml.safe_load(options["file"].read_text())
@@ -43,7 +49,17 @@ class Command(BaseCommand):
             except OfferingValidationError as exc:
                 raise CommandError(f"{entry.get('slug')}: {exc}") from exc
             if price:
-                price_set(actor=None, offering_id=offering.pk, **price)
+                first = price_set(actor=None, offering_id=offering.pk, **price)
+                # The offering was created a moment ago, so nothing was charged at any price yet: its first price
+                # may cover the past the simulator invents (price_set itself refuses past starts for changes).
+                since = options["prices_from"] or timezone.localdate().replace(month=1, day=1)
+                start = dt.datetime.combine(since, dt.time.min, tzinfo=dt.UTC)
+                with transaction.atomic():
+                    OfferingPrice.objects.filter(pk=first.pk).update(effective_from=start)
+                    audit_record(actor=None, verb="offering.price_backdated", target=offering,
+                                 before={"effective_from": first.effective_from.isoformat()},
+                                 after={"effective_from": start.isoformat()},
+                                 reason="seeded catalog: the first price covers the demo's simulated history")
             if deprecate:
                 deprecations.append((offering, deprecate))
             created += 1
