@@ -36,6 +36,7 @@ migrate: $(STAMP)
 
 worker: $(STAMP)
 	$(PY) -m celery -A portal worker -Q watch -P threads -c 50 -n watch@%h & \
+	$(PY) -m celery -A portal worker -Q webhooks -P threads -c 8 -n webhooks@%h & \
 	$(PY) -m celery -A portal worker -Q default -c 2 -n default@%h; wait
 
 beat: $(STAMP)
@@ -50,6 +51,7 @@ bench: $(STAMP)
 	$(PY) bench/capacity_large.py --reuse
 	$(PY) bench/explain_large.py
 	$(PY) bench/validate_large.py
+	$(PY) bench/chargeback_large.py
 
 clean:
 	rm -rf var

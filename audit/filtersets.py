@@ -10,11 +10,32 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 import django_filters
 from django import forms
 from django.db.models import Q, QuerySet
+from django_filters.fields import IsoDateTimeField
 
 from audit.models import ActorKind, AuditEvent
+
+
+class UTCDateTimeField(IsoDateTimeField):
+    """ISO 8601, converted to UTC: PostgreSQL refuses offsets beyond ±15:59 that Python accepts (up to ±23:59)."""
+
+    def to_python(self, value: Any) -> dt.datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(dt.UTC)
+        except OverflowError:
+            raise forms.ValidationError("The date is out of range.", code="invalid") from None
+
+
+class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCDateTimeField
 
 
 class AuditEventFilterSet(django_filters.FilterSet):
@@ -24,11 +45,11 @@ class AuditEventFilterSet(django_filters.FilterSet):
                                              label="Actor kind", empty_label="Any")
     target_type = django_filters.CharFilter(field_name="target_type", lookup_expr="iexact", label="Target type")
     target_id = django_filters.CharFilter(field_name="target_id", label="Target id")
-    occurred_from = django_filters.IsoDateTimeFilter(
+    occurred_from = UTCDateTimeFilter(
         field_name="occurred_at", lookup_expr="gte", label="From",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
-    occurred_to = django_filters.IsoDateTimeFilter(
+    occurred_to = UTCDateTimeFilter(
         field_name="occurred_at", lookup_expr="lte", label="To",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )

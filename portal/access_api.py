@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
 from portal.access import (
     access_request_create,
@@ -96,7 +97,7 @@ class AccessRequestSerializer(serializers.ModelSerializer):
 
 class AccessRequestInputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=AccessKind.choices)
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     namespace = serializers.CharField(max_length=63)
     service_account = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     workload = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
@@ -110,7 +111,7 @@ class AccessRequestInputSerializer(serializers.Serializer):
 
 class BreakGlassInputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=AccessKind.choices)
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     namespace = serializers.CharField(max_length=63)
     service_account = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     workload = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
@@ -139,6 +140,8 @@ class AccessRequestFilter(django_filters.FilterSet):
 
 
 class AccessRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "requests:write"  # noqa: S105
     serializer_class = AccessRequestSerializer
     filterset_class = AccessRequestFilter
 
@@ -213,6 +216,8 @@ class GrantFilter(django_filters.FilterSet):
 
 
 class GrantViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "requests:write"  # noqa: S105
     serializer_class = GrantSerializer
     filterset_class = GrantFilter
 
@@ -268,6 +273,7 @@ class ViolationFilter(django_filters.FilterSet):
 
 
 class ViolationViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = ViolationSerializer
     filterset_class = ViolationFilter
 

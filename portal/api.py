@@ -11,8 +11,10 @@ from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
 from portal.models import Tenant, TenantMembership, TenantNamespace
 from portal.roles import Role, user_has_role
@@ -61,7 +63,7 @@ class MemberInputSerializer(serializers.Serializer):
 
 
 class NamespaceInputSerializer(serializers.Serializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     namespace = serializers.CharField(max_length=63)
     assign = serializers.BooleanField(default=True, help_text="false removes the explicit assignment.")
 
@@ -69,9 +71,12 @@ class NamespaceInputSerializer(serializers.Serializer):
 class TenantViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
     """Tenants with members and namespaces. Another tenant's object answers 404."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "requests:write"  # noqa: S105
     serializer_class = TenantSerializer
-    permission_classes = [PlatformAdminWrites]
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, PlatformAdminWrites]
     lookup_field = "slug"
+    lookup_value_regex = r"[-\w]+"  # a SlugField: other paths (NUL, dots) match no route and answer 404
     http_method_names = ["get", "post", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Tenant]:

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -32,8 +32,10 @@ class CSVRenderer(BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
         rows = data.get("rows") if isinstance(data, dict) and "rows" in data else data
         out = io.StringIO()
-        if isinstance(rows, list) and rows and isinstance(rows[0], dict):
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        # No rows: the view's `csv_header` alone (an empty body would also lose its Content-Type in DRF).
+        header = getattr((renderer_context or {}).get("view"), "csv_header", ())
+        if isinstance(rows, list) and ((rows and isinstance(rows[0], dict)) or (not rows and header)):
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else list(header), lineterminator="\n")
             writer.writeheader()
             for row in rows:
                 writer.writerow({k: _cell(v) for k, v in row.items()})
@@ -125,8 +127,11 @@ COMMON_PARAMETERS = [
 
 class _ChargebackBase(PortalExceptionHandlerMixin, APIView):
     token_scope = "chargeback:read"  # noqa: S105 - a scope name, not a secret
+    csv_header: tuple[str, ...] = ()  # the CSV's columns when there are no rows
 
     def _pieces(self, request: Request) -> tuple[list[cb.Piece], dict[str, Any]]:
+        if any("\x00" in request.query_params.get(name, "") for name in ("cluster", "tenant")):
+            raise cb.ChargebackError("cluster and tenant cannot contain NUL characters.")  # nor PostgreSQL text
         start, end = cb.parse_window(request.query_params.get("window", ""))
         step = cb.parse_step(request.query_params.get("step", "month"))
         scope = cb.Scope.for_user(request.user)
@@ -149,14 +154,18 @@ class ChargebackView(_ChargebackBase):
                          description=f"Comma-separated dimensions: {', '.join(cb.DIMENSIONS)} (default tenant)."),
         OpenApiParameter("detail", OpenApiTypes.STR, enum=["intervals"], description="Add the priced pieces."),
         OpenApiParameter("idle", OpenApiTypes.BOOL, description="Add idle capacity (finance / platform roles)."),
-    ], responses={200: ChargebackReportSerializer})
+    ], responses={(200, "application/json"): ChargebackReportSerializer,
+                  (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="`?format=csv`: the rows (or with "
+                                                     "`detail=intervals` the pieces) as CSV with a header line.")})
     def get(self, request: Request) -> Response:
         dimensions = cb.parse_aggregate(request.query_params.get("aggregate", "tenant"))
         found, window = self._pieces(request)
         rows = cb.aggregate(found, dimensions)
         if request.accepted_renderer.format == "csv":
             if request.query_params.get("detail") == "intervals":
+                self.csv_header = tuple(PieceSerializer().fields)
                 return Response([cb.piece_json(p) for p in found])
+            self.csv_header = ("period_start", *dimensions, *ChargebackTotalSerializer().fields)
             return Response(rows)
         report: dict[str, Any] = {"window": {"start": window["start"], "end": window["end"]}, "step": window["step"],
                                   "aggregate": list(dimensions), "rows": rows, "totals": cb.totals(found)}
@@ -168,12 +177,21 @@ class ChargebackView(_ChargebackBase):
         return Response(ChargebackReportSerializer(report).data)
 
 
+FOCUS_ROWS = "The rows: CSV with a header line, or objects with `?format=json`."
+
+
 class FocusExportView(_ChargebackBase):
     """FOCUS-style cost and usage rows (CSV): one per allocation interval and step period."""
 
     renderer_classes = [CSVRenderer, JSONRenderer]
+    csv_header = cb.FOCUS_COLUMNS
 
-    @extend_schema(parameters=COMMON_PARAMETERS, responses={(200, "text/csv"): OpenApiTypes.STR})
+    @extend_schema(parameters=COMMON_PARAMETERS, responses={
+        (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description=FOCUS_ROWS),
+        (200, "application/json"): OpenApiResponse(
+            {"type": "array", "items": {"type": "object", "properties": {key: {} for key in cb.FOCUS_COLUMNS}}},
+            description=FOCUS_ROWS),
+    })
     def get(self, request: Request) -> Response:
         found, window = self._pieces(request)
         response = Response(cb.focus_rows(found))

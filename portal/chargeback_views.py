@@ -51,7 +51,7 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         start = _month(self.request.GET.get("month", ""))
         end = _next_month(start)
         finance = sees_all_tenants(user)
-        tenant = self.request.GET.get("tenant") or None
+        tenant = (self.request.GET.get("tenant") or "").replace("\x00", "") or None
         dimensions = ("tenant",) if finance and not tenant else ("tenant", "namespace", "offering")
         found = cb.pieces(start, end, step="day", scope=cb.Scope.for_user(user), tenant=tenant)
         per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)

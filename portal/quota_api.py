@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from catalog.models import Offering
 from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.api.fields import SlugRelatedField
 from inventory.k8s.quantity import parse_quantity
 from inventory.models import Cluster, Device, ResourceQuota
 from portal.models import QuotaDecision, QuotaRequest, TenantNamespace
@@ -122,9 +123,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
 
 class QuotaRequestInputSerializer(serializers.Serializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     namespace = serializers.CharField(max_length=63)
-    offering = serializers.SlugRelatedField(slug_field="slug", queryset=Offering.objects.all())
+    offering = SlugRelatedField(slug_field="slug", queryset=Offering.objects.all())
     units = serializers.IntegerField(min_value=1, max_value=10_000)
     ends_at = serializers.DateTimeField(required=False, allow_null=True)
     justification = serializers.CharField(max_length=4000)
@@ -141,6 +142,8 @@ class ReduceInputSerializer(serializers.Serializer):
 
 
 class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "requests:write"  # noqa: S105
     serializer_class = QuotaRequestSerializer
 
     def get_queryset(self) -> QuerySet[QuotaRequest]:
@@ -211,6 +214,7 @@ class QuotaSerializer(serializers.Serializer):
 class QuotaViewSet(PortalExceptionHandlerMixin, viewsets.GenericViewSet):
     """Per namespace and quota key (with the offerings it counts): hard, used, headroom and pending requests."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = QuotaSerializer
     pagination_class = None
     queryset = ResourceQuota.objects.none()  # rows are computed; see list()

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from django.views.generic import DetailView, ListView
 
 from portal.models import NamespaceLabelRule, Tenant, sees_all_tenants
@@ -39,3 +41,11 @@ class TenantDetailView(LoginRequiredMixin, DetailView):
         context["namespaces"] = self.object.namespaces.select_related("cluster").order_by("cluster__name",
                                                                                             "namespace")
         return context
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: API clients get DRF's JSON error (e.g. `/api/v1/quota-requests/1.5/approve/` matches no route),
+    people the HTML page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)

@@ -13,8 +13,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import renderers, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 
 from audit.api.serializers import AuditEventSerializer
 from audit.filtersets import AuditEventFilterSet
@@ -30,6 +32,13 @@ class AuditEventCursorPagination(CursorPagination):
     page_size = 100
     page_size_query_param = "limit"
     max_page_size = 1000
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """A cursor we did not issue is bad input (400, like the CMDB's), not a missing page (DRF's 404)."""
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": ["Invalid cursor: use the `next` link of the previous page."]}) from None
 
 
 class JSONLinesRenderer(renderers.BaseRenderer):
@@ -47,9 +56,10 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit log, oldest first. Filters: see audit.filtersets (verb, actor, actor_kind, target_type, target_id,
     occurred_from/occurred_to, q, request_id, since_id)."""
 
+    token_scope = "audit:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
-    permission_classes = [IsAuditReader]
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsAuditReader]
     pagination_class = AuditEventCursorPagination
 
     def get_queryset(self) -> QuerySet[AuditEvent]:

@@ -20,6 +20,7 @@ from catalog.models import Offering
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
+from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
 
 MAX_MANIFEST = 1 << 20
@@ -36,8 +37,10 @@ class ClusterField(serializers.Field):
         cluster = None
         if isinstance(data, int) and not isinstance(data, bool):
             cluster = query.filter(pk=data).first()
-        elif isinstance(data, str) and data:
-            cluster = query.filter(pk=int(data)).first() if data.isdigit() else query.filter(name=data).first()
+        elif isinstance(data, str) and data and "\x00" not in data:  # PostgreSQL text holds no NUL
+            # str.isdigit() also holds for "²", which int() refuses: an id is ASCII digits.
+            by_pk = data.isascii() and data.isdecimal()
+            cluster = query.filter(pk=int(data)).first() if by_pk else query.filter(name=data).first()
         if cluster is None:
             self.fail("unknown", value=str(data)[:80])
         return cluster
@@ -73,6 +76,9 @@ class ReportSerializer(serializers.Serializer):
 class ManifestValidateView(PortalExceptionHandlerMixin, APIView):
     """Validate a manifest layer by layer: parse, schema, semantics, policy, quota, feasibility, dry run."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+
     @extend_schema(request=ValidateInputSerializer, responses=ReportSerializer)
     def post(self, request: Request) -> Response:
         data = ValidateInputSerializer(data=request.data)
@@ -83,7 +89,7 @@ class ManifestValidateView(PortalExceptionHandlerMixin, APIView):
 
 
 class GenerateInputSerializer(serializers.Serializer):
-    offering = serializers.SlugRelatedField(slug_field="slug", queryset=Offering.objects.browsable())
+    offering = SlugRelatedField(slug_field="slug", queryset=Offering.objects.browsable())
     cluster = ClusterField(required=False)
     namespace = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=63)
@@ -111,6 +117,9 @@ class GenerateResultSerializer(serializers.Serializer):
 
 class ManifestGenerateView(PortalExceptionHandlerMixin, APIView):
     """Generate a commented, validated manifest for an offering (the page's generator, as an API)."""
+
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
 
     @extend_schema(request=GenerateInputSerializer, responses=GenerateResultSerializer)
     def post(self, request: Request) -> Response:
@@ -146,6 +155,9 @@ class FeasibilityInputSerializer(serializers.Serializer):
 
 class FeasibilityView(PortalExceptionHandlerMixin, APIView):
     """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
 
     @extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:

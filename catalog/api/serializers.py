@@ -64,7 +64,7 @@ class CapacityTotalsSerializer(serializers.Serializer):
 
 
 class OfferingSerializer(serializers.ModelSerializer):
-    replacement = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    replacement = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     current_price = serializers.SerializerMethodField()
     prices = PriceSerializer(many=True, read_only=True)
     capacity = serializers.SerializerMethodField()

@@ -12,6 +12,7 @@ from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from catalog.api.serializers import (
@@ -52,8 +53,10 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
     Tenants see active and deprecated offerings; curators add `?all=1` to include proposals, retired and dismissed.
     """
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "requests:write"  # noqa: S105
     serializer_class = OfferingSerializer
-    permission_classes = [CuratorOrReadOnly]
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, CuratorOrReadOnly]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Offering]:
@@ -121,7 +124,7 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
         parameters=[OpenApiParameter("cluster", OpenApiTypes.INT), OpenApiParameter("hours", OpenApiTypes.INT)],
         responses=CapacitySampleSerializer(many=True),
     )
-    @action(detail=True, methods=["get"], url_path="capacity-history")
+    @action(detail=True, methods=["get"], url_path="capacity-history", pagination_class=None)  # a plain list
     def capacity_history(self, request: Request, pk: str) -> Response:
         """Hourly capacity samples (default: the last 14 days)."""
         offering = self.get_object()
@@ -136,6 +139,8 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
 
 class CompatibilityView(PortalExceptionHandlerMixin, APIView):
     """Which offerings qualify for a workload's requirement (e.g. `cuda 12.4, sm_80+`), and why the others do not."""
+
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
 
     @extend_schema(parameters=[OpenApiParameter("requirement", OpenApiTypes.STR, required=True)],
                    responses=CompatibilityResultSerializer)
@@ -154,7 +159,9 @@ class CompatibilityView(PortalExceptionHandlerMixin, APIView):
 class SelectorCheckView(PortalExceptionHandlerMixin, APIView):
     """Compile a selector and count the devices and nodes it matches now (a warning, not an error, if none)."""
 
-    permission_classes = [CuratorOrReadOnly]
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, CuratorOrReadOnly]
 
     @extend_schema(request=SelectorCheckInputSerializer, responses=SelectorCheckSerializer)
     def post(self, request: Request) -> Response:

@@ -250,7 +250,10 @@ def _collect(index: int, item: Any, mark: Any, documents: list[dict[str, Any]], 
 
 def _load_yaml(text: str, findings: list[Finding]) -> list[Any]:
     """(document, start mark) pairs; empty documents are skipped. Raises _RefusedError."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters before any parsing
+        raise _RefusedError(f"invalid YAML: {escape(str(exc))[:200]}", "yaml-syntax") from None
     out: list[Any] = []
     try:
         while loader.check_node():

@@ -11,14 +11,15 @@ from typing import Any
 
 import orjson
 from django.db.models import QuerySet
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from inventory.api.pagination import PortalLimitOffsetPagination
 
-class NoCountLimitOffsetPagination(LimitOffsetPagination):
+
+class NoCountLimitOffsetPagination(PortalLimitOffsetPagination):
     """`?limit=&offset=` without COUNT(*): fetches limit+1 rows to know whether a next page exists."""
 
     has_next: bool = False

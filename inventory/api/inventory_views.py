@@ -37,6 +37,7 @@ class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
     exactly what the serializer produces for the detail endpoint (tested).
     """
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = DeviceSerializer
     filterset_class = DeviceApiFilterSet
     pagination_class = NoCountLimitOffsetPagination
@@ -72,6 +73,7 @@ class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
 class AcceleratorPodViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
     """Live pods that request accelerators (vendor extended resources or resource claims), with their stage."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = AcceleratorPodSerializer
     filterset_class = PodFilterSet
 
@@ -86,6 +88,7 @@ class AcceleratorPodViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelV
 
 
 class ResourceSliceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = ResourceSliceSerializer
     filterset_fields = ["cluster", "driver", "pool_name", "node_name"]
 
@@ -96,6 +99,7 @@ class ResourceSliceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelVi
 
 
 class DeviceClassViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = DeviceClassSerializer
     filterset_fields = ["cluster", "name", "extended_resource_name"]
 
@@ -104,6 +108,7 @@ class DeviceClassViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelView
 
 
 class ResourceClaimViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = ResourceClaimSerializer
     filterset_fields = ["cluster", "namespace", "allocated"]
 
@@ -119,6 +124,7 @@ class ResourceClaimViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelVi
 class FindingViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
     """Health and drift problems, present while the condition holds."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = FindingSerializer
     filterset_class = FindingFilterSet
 

@@ -1,9 +1,18 @@
-from rest_framework.routers import DefaultRouter
+from django.urls import path
+from rest_framework import routers
 
-from inventory.api import inventory_views, views
+from inventory.api import changes, cmdb, inventory_views, views
+
+
+class APIRootView(routers.APIRootView):
+    """The list of endpoints at /api/v1/."""
+
+    token_scope = "*"  # noqa: S105 - any valid API token may list the endpoints
+
 
 app_name = "inventory-api"
-router = DefaultRouter()
+router = routers.DefaultRouter()
+router.APIRootView = APIRootView
 router.register("clusters", views.ClusterViewSet, basename="cluster")
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("devices", inventory_views.DeviceViewSet, basename="device")
@@ -12,4 +21,11 @@ router.register("resource-slices", inventory_views.ResourceSliceViewSet, basenam
 router.register("device-classes", inventory_views.DeviceClassViewSet, basename="device-class")
 router.register("resource-claims", inventory_views.ResourceClaimViewSet, basename="resource-claim")
 router.register("findings", inventory_views.FindingViewSet, basename="finding")
-urlpatterns = router.urls
+urlpatterns = [
+    path("cmdb/clusters/", cmdb.CmdbClusterView.as_view(), name="cmdb-clusters"),
+    path("cmdb/nodes/", cmdb.CmdbNodeView.as_view(), name="cmdb-nodes"),
+    path("cmdb/cards/", cmdb.CmdbCardView.as_view(), name="cmdb-cards"),
+    path("cmdb/slices/", cmdb.CmdbSliceView.as_view(), name="cmdb-slices"),
+    path("changes/", changes.ChangeFeedView.as_view(), name="change-list"),
+    *router.urls,
+]

@@ -14,6 +14,7 @@ from inventory.models import Cluster, Node
 class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
     """Registered clusters and their per-kind sync state. Connection secrets are never exposed."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = ClusterSerializer
 
     def get_queryset(self) -> QuerySet[Cluster]:
@@ -23,6 +24,7 @@ class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet)
 class NodeViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
     """Live (not tombstoned) nodes of every cluster; see inventory.filtersets for the filter semantics."""
 
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
 

@@ -32,15 +32,23 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served by the app (no CDN)
     "portal",
     "audit",
+    "apitokens",
     "inventory",
     "catalog",
+    "integrations",
 ]
 
 MIDDLEWARE = [
-    "audit.middleware.AuditContextMiddleware",  # outermost: every response carries X-Request-ID
+    "portal.observability.ProbeMiddleware",  # /healthz, /readyz: before the host check and the HTTPS redirect
+    "audit.middleware.AuditContextMiddleware",  # every response carries X-Request-ID
+    "portal.observability.RequestMetricsMiddleware",  # latency histogram and the access log (with the request id)
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files without a separate web server
+    "portal.middleware.ContentSecurityPolicyMiddleware",
+    "django.middleware.http.ConditionalGetMiddleware",  # ETag / If-None-Match → 304 (CMDB pollers)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -102,6 +110,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+# WhiteNoise serves STATIC_ROOT (collected at image build) and, without collectstatic, the app directories.
+WHITENOISE_USE_FINDERS = True
 
 # Security headers; `manage.py check --deploy` is clean when DJANGO_SECURE=true (production behind TLS).
 SECURE = env.bool("DJANGO_SECURE", default=not DEBUG)
@@ -116,21 +126,35 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # drf-spectacular, plus the error, 304 and ETag answers it does not document by itself.
+    "DEFAULT_SCHEMA_CLASS": "inventory.api.schema.PortalAutoSchema",
+    # Views with their own permission_classes extend these (`[*api_settings.DEFAULT_PERMISSION_CLASSES, …]`):
+    # API tokens are refused by views that do not run TokenScopePermission (docs/tokens.md).
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "apitokens.permissions.TokenScopePermission",
+    ],
+    # Tokens first: a request that sends one is held to its scopes, and unauthenticated API calls answer 401 with
+    # `WWW-Authenticate: Bearer`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apitokens.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "inventory.api.pagination.PortalLimitOffsetPagination",  # limit ≤ 1000
     "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": ["apitokens.throttling.TokenRateThrottle"],  # token requests only
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Accelerator Portal API",
     "DESCRIPTION": "Inventory, catalog, quota and chargeback for accelerators on Kubernetes.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Anyone may read the schema; an API token with any scope too (the views declare token_scope "*").
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny", "apitokens.permissions.TokenScopePermission"],
     "ENUM_NAME_OVERRIDES": {
         "OfferingLifecycleEnum": "catalog.models.Lifecycle",
         "LifecycleChangeEnum": ["active", "deprecated", "retired"],
@@ -156,6 +180,9 @@ else:
         "store_processed": False,
     }
 PORTAL_LEASE_BACKEND = env("PORTAL_LEASE_BACKEND", default="redis" if REDIS_URL else "database")
+if REDIS_URL:
+    # Shared by every process: API token rate limits and the task debounces count across workers.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -163,7 +190,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=300)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=360)
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"inventory.watch_window": {"queue": "watch"}}
+# Webhook deliveries get their own queue so slow endpoints never hold the sync's workers (docs/changes-webhooks.md).
+CELERY_TASK_ROUTES = {"inventory.watch_window": {"queue": "watch"},
+                      "integrations.webhook_deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "inventory-watchers-ensure": {
@@ -184,6 +213,11 @@ CELERY_BEAT_SCHEDULE = {
     # Exceptions: expiry, activation once the sync shows them, drift re-applies and violation detection.
     "portal-access-reconcile": {"task": "portal.access_reconcile",
                                 "schedule": env.float("PORTAL_ACCESS_RECONCILE_SECONDS", default=10.0)},
+    # CMDB change feed retention, and webhooks: dispatch new events every few seconds (docs/changes-webhooks.md).
+    "inventory-change-events-prune": {"task": "inventory.change_events_prune", "schedule": 86400.0},
+    "integrations-webhooks-dispatch": {"task": "integrations.webhooks_dispatch",
+                                       "schedule": env.float("PORTAL_WEBHOOK_DISPATCH_SECONDS", default=5.0)},
+    "integrations-webhook-deliveries-prune": {"task": "integrations.webhook_deliveries_prune", "schedule": 86400.0},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
 # How the catalog learns which namespaces a user may target without importing the portal (dependencies point
@@ -204,6 +238,19 @@ PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
 PORTAL_SENSITIVE_DATA_GROUPS = env.list(
     "PORTAL_SENSITIVE_DATA_GROUPS", default=["platform-admin", "approver", "security-approver"]
 )
+# API tokens (docs/tokens.md): default requests per minute of a new token, and the longest lifetime.
+PORTAL_API_TOKEN_RATE_LIMIT_PER_MINUTE = env.int("PORTAL_API_TOKEN_RATE_LIMIT_PER_MINUTE", default=600)
+PORTAL_API_TOKEN_MAX_DAYS = env.int("PORTAL_API_TOKEN_MAX_DAYS", default=365)
+# CMDB change feed and webhooks (docs/changes-webhooks.md). Events older than the retention are pruned (each object's
+# latest event stays); cursors from before a pruned deletion answer 410 Gone.
+PORTAL_CHANGE_RETENTION_DAYS = env.int("PORTAL_CHANGE_RETENTION_DAYS", default=30)
+PORTAL_WEBHOOK_ADMIN_GROUPS = env.list("PORTAL_WEBHOOK_ADMIN_GROUPS", default=["platform-admin"])
+PORTAL_WEBHOOK_CONNECT_TIMEOUT = env.float("PORTAL_WEBHOOK_CONNECT_TIMEOUT", default=3.0)
+PORTAL_WEBHOOK_READ_TIMEOUT = env.float("PORTAL_WEBHOOK_READ_TIMEOUT", default=10.0)
+PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", default=8)
+PORTAL_WEBHOOK_BACKOFF_SECONDS = env.float("PORTAL_WEBHOOK_BACKOFF_SECONDS", default=10.0)
+PORTAL_WEBHOOK_BACKOFF_MAX_SECONDS = env.float("PORTAL_WEBHOOK_BACKOFF_MAX_SECONDS", default=3600.0)
+PORTAL_WEBHOOK_DELIVERY_RETENTION_DAYS = env.int("PORTAL_WEBHOOK_DELIVERY_RETENTION_DAYS", default=30)
 # Node labels naming a node's pool, first match wins (managed Kubernetes flavours, Karpenter, the simulator).
 PORTAL_NODE_POOL_LABELS = env.list("PORTAL_NODE_POOL_LABELS", default=[
     "kubesim.io/node-pool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
@@ -227,11 +274,22 @@ if PORTAL_AUDIT_CHECKPOINT_KEY:
         "schedule": env.float("PORTAL_AUDIT_CHECKPOINT_SECONDS", default=3600.0),
     }
 
+# JSON lines on stdout with the request id; PORTAL_LOG_FORMAT=plain for humans. Secrets (bearer and API tokens,
+# kubeconfig credentials) are removed from every record by a filter, as defence in depth.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "request_id": {"()": "portal.observability.RequestIdFilter"},
+        "secrets": {"()": "portal.observability.RedactSecretsFilter"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                 "format": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id", "secrets"],
+                             "formatter": env("PORTAL_LOG_FORMAT", default="json")}},
     "root": {"handlers": ["console"], "level": env("PORTAL_LOG_LEVEL", default="INFO")},
     "loggers": {
         # urllib3 logs request headers at DEBUG, which would include bearer tokens.
@@ -239,3 +297,9 @@ LOGGING = {
         "kubernetes": {"level": "WARNING"},
     },
 }
+# /metrics: an optional bearer token for scrapers; /readyz?strict=1: a cluster is stale after this many seconds.
+PORTAL_METRICS_TOKEN = env("PORTAL_METRICS_TOKEN", default="")
+# Fernet keys for secrets stored in the database (kubeconfigs): the first encrypts, all decrypt (rotation). Without
+# keys one is derived from DJANGO_SECRET_KEY; set real ones in production (docs/observability.md).
+PORTAL_FIELD_ENCRYPTION_KEYS = env.list("PORTAL_FIELD_ENCRYPTION_KEYS", default=[])
+PORTAL_SYNC_STALE_SECONDS = env.int("PORTAL_SYNC_STALE_SECONDS", default=300)

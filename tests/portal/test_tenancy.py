@@ -118,7 +118,7 @@ def test_page_permission_matrix(client, request, tenants, who, expected) -> None
 
 
 @pytest.mark.parametrize(("who", "read", "detail_other", "write"), [
-    ("anonymous", 403, 403, 403),
+    ("anonymous", 401, 401, 401),  # API tokens authenticate first: a Bearer challenge (docs/tokens.md)
     ("member", 200, 404, 403),
     ("lead", 200, 404, 403),
     ("approver", 200, 200, 403),

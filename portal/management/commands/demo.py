@@ -78,8 +78,8 @@ class Command(BaseCommand):
             call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
             call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
             celery = [python, "-m", "celery", "-A", "portal"]
-            spawn(*celery, "worker", "-Q", "watch,default", "-P", "threads", "-c", "16", "--loglevel", "INFO",
-                  "-n", "demo@%h")
+            spawn(*celery, "worker", "-Q", "watch,default,webhooks", "-P", "threads", "-c", "16",
+                  "--loglevel", "INFO", "-n", "demo@%h")
             spawn(*celery, "beat", "--loglevel", "INFO", "-s", str(var / "celerybeat-schedule"))
             spawn(python, manage, "runserver", f"127.0.0.1:{options['web_port']}", "--noreload")
             self.stdout.write(self.style.SUCCESS(
