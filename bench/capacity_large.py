@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_large import free_port, run_measured
+from sync_large import large_database, run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -34,33 +32,7 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="Reuse an already synced database.")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
-           "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}",
-           "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}
-    if not args.reuse:
-        workdir = Path(tempfile.mkdtemp(prefix="portal-bench-"))
-        kubeconfig = str(workdir / "kubeconfig")
-        sim = subprocess.Popen([PY, "-m", "kubesim", "--scenario", "large", "--port", str(free_port()),
-                                "--write-kubeconfig", kubeconfig], cwd=ROOT, stdout=subprocess.DEVNULL)
-        try:
-            while not Path(kubeconfig).exists():
-                if sim.poll() is not None:
-                    raise SystemExit("simulator exited")
-                time.sleep(0.5)
-            with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
-                admin.execute(f'CREATE DATABASE "{args.db}"')
-            subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-            subprocess.run([PY, "manage.py", "cluster_add", "large", "--kubeconfig", kubeconfig], cwd=ROOT, env=env,
-                           check=True, stdout=subprocess.DEVNULL)
-            print("syncing large …", flush=True)
-            subprocess.run([PY, "manage.py", "sync", "--cluster", "large", "--once"], cwd=ROOT, env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-        finally:
-            sim.terminate()
-            sim.wait(timeout=30)
-    else:
-        subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    env = large_database(args.db, reuse=args.reuse)
     discovery = subprocess.run([PY, "manage.py", "catalog_refresh", "--discover", "--no-capacity"], cwd=ROOT,
                                env=env, check=True, capture_output=True, text=True).stdout.strip()
     print(discovery, flush=True)

@@ -33,6 +33,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def large_database(db: str, *, reuse: bool, scenario: str = "large") -> dict[str, str]:
+    """The environment of a portal database holding `scenario` synced once (created afresh unless `reuse`)."""
+    import psycopg
+
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
+           "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
+           "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}
+    if reuse:
+        subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        return env
+    kubeconfig = str(Path(tempfile.mkdtemp(prefix="portal-bench-")) / "kubeconfig")
+    sim = subprocess.Popen([PY, "-m", "kubesim", "--scenario", scenario, "--port", str(free_port()),
+                            "--write-kubeconfig", kubeconfig], cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        while not Path(kubeconfig).exists():
+            if sim.poll() is not None:
+                raise SystemExit("simulator exited")
+            time.sleep(0.5)
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{db}"')
+        subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run([PY, "manage.py", "cluster_add", scenario, "--kubeconfig", kubeconfig], cwd=ROOT, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"syncing {scenario} …", flush=True)
+        subprocess.run([PY, "manage.py", "sync", "--cluster", scenario, "--once"], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=30)
+    return env
+
+
 def run_measured(cmd: list[str], env: dict[str, str] | None = None, stdout: int | None = None) -> tuple[float, int, int]:
     """Run a command; return (seconds, peak RSS in KiB, exit code) using wait4's rusage for that child."""
     started = time.perf_counter()
