@@ -380,14 +380,16 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
     return out
 
 
-def aggregate(all_pieces: list[Piece], dimensions: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Sum the pieces per step period, the chosen dimensions and currency."""
+def aggregate(all_pieces: list[Piece], dimensions: tuple[str, ...], *,
+              period: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Sum the pieces per step period (or all into `period`), the chosen dimensions and currency."""
     sums: dict[tuple[Any, ...], dict[str, Any]] = {}
     for piece in all_pieces:
-        key = (piece.period_start, *(getattr(piece, d) for d in dimensions), piece.currency)
+        start = period or piece.period_start
+        key = (start, *(getattr(piece, d) for d in dimensions), piece.currency)
         row = sums.get(key)
         if row is None:
-            row = sums[key] = {"period_start": piece.period_start, **{d: getattr(piece, d) for d in dimensions},
+            row = sums[key] = {"period_start": start, **{d: getattr(piece, d) for d in dimensions},
                                "currency": piece.currency, "unit_hours": Decimal(0), "cost": Decimal(0),
                                "admin_unit_hours": Decimal(0), "unpriced_unit_hours": Decimal(0)}
         row["unit_hours"] += piece.unit_hours
@@ -402,18 +404,7 @@ def aggregate(all_pieces: list[Piece], dimensions: tuple[str, ...]) -> list[dict
 def totals(all_pieces: list[Piece]) -> list[dict[str, Any]]:
     """Per currency ("" holds the unpriced and zero-priced admin pieces without a price period)."""
     return [{k: v for k, v in row.items() if k != "period_start"}
-            for row in _merge_periods(aggregate(all_pieces, ()))]
-
-
-def _merge_periods(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    merged: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        into = merged.setdefault(row["currency"], {**row, "unit_hours": Decimal(0), "cost": Decimal(0),
-                                                   "admin_unit_hours": Decimal(0),
-                                                   "unpriced_unit_hours": Decimal(0)})
-        for field in ("unit_hours", "cost", "admin_unit_hours", "unpriced_unit_hours"):
-            into[field] += row[field]
-    return [merged[c] for c in sorted(merged)]
+            for row in aggregate(all_pieces, (), period=EPOCH)]
 
 
 def idle(start: dt.datetime, end: dt.datetime, *, step: str, cluster: str | None = None) -> list[dict[str, Any]]:

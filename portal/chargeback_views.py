@@ -58,8 +58,7 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         for piece in found:
             per_day[piece.period_start] += piece.cost
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
-        monthly = cb.aggregate(cb.pieces(start, end, step="month", scope=cb.Scope.for_user(user), tenant=tenant),
-                               dimensions)
+        monthly = cb.aggregate(found, dimensions, period=start)  # the daily pieces, summed over the month
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")
