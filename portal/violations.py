@@ -35,10 +35,10 @@ from portal.enforcement import (
     POLICY_NAME,
     admin_claims,
     covering_grant,
+    exception_keys,
     in_force,
     label_owners,
     manages_policy,
-    shows_in_cluster,
     tenant_namespaces,
 )
 from portal.models import AccessKind, EnforcementSettings, Grant, GrantUse, Violation
@@ -166,12 +166,21 @@ def _scan_labels_and_grants(scan: Scan, cluster_id: int, now: dt.datetime) -> No
             row["name"], f"namespace {row['name']} carries {ADMIN_LABEL}=true without a grant, set by "
             f"{', '.join(owners) or 'an unknown manager'}",
             {"label_owners": owners, "namespace_resource_version": row["resource_version"]}))
-    for grant in Grant.objects.filter(cluster_id=cluster_id).filter(
-            Q(state=Grant.State.ACTIVE, ends_at__gt=now)
-            | Q(state__in=(Grant.State.EXPIRED, Grant.State.REVOKED), cleanup_confirmed_at__isnull=True,
-                ended_at__lt=now - GRACE)):
+    grants = list(Grant.objects.filter(cluster_id=cluster_id).filter(
+        Q(state=Grant.State.ACTIVE, ends_at__gt=now)
+        | Q(state__in=(Grant.State.EXPIRED, Grant.State.REVOKED), cleanup_confirmed_at__isnull=True,
+            ended_at__lt=now - GRACE)))
+    # What the cluster carries, read once for all active grants (not one query per grant).
+    keys = exception_keys(cluster_id)
+    entries = keys[0] if keys is not None else set()
+    labelled = {name for name, labels in Namespace.objects.live().filter(
+        cluster_id=cluster_id, name__in={g.namespace for g in grants if g.kind == AccessKind.ADMIN_ACCESS}
+    ).values_list("name", "labels") if (labels or {}).get(ADMIN_LABEL) == "true"}
+    for grant in grants:
         if grant.state == Grant.State.ACTIVE:
-            if shows_in_cluster(grant) is None:
+            carried = (grant.namespace in labelled if grant.kind == AccessKind.ADMIN_ACCESS
+                       else grant.exception_key in entries)
+            if not carried:
                 scan.add(Kind.GRANT_DRIFT, f"grant/{grant.pk}", Finding(
                     grant.namespace, f"grant {grant.pk} is active but the cluster no longer carries it "
                     "(label or exception entry removed outside the portal); the portal re-applies it",
