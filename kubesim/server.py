@@ -663,8 +663,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 now_m = time.monotonic()
                 remaining = deadline - now_m
                 if remaining <= 0:
-                    if bookmarks:
-                        self._chunk(bookmark(store.resource_version))
+                    # A closing bookmark may only claim a resourceVersion this stream has delivered up to: events
+                    # still queued for it would otherwise be skipped by a client resuming from the bookmark.
+                    rv_now = store.current_rv_if_drained(watcher) if bookmarks else None
+                    if rv_now is not None:
+                        self._chunk(bookmark(rv_now))
                     break
                 try:
                     item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))

@@ -13,6 +13,7 @@ import yaml
 from django.conf import settings
 from django.db import connection
 
+from inventory.errors import LeaseLostError
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend
 from inventory.models import Cluster
@@ -82,7 +83,19 @@ def assert_converged(sim: Simulator, cluster: Cluster, *, timeout: float = 20.0,
         if not diff:
             return time.monotonic() - started
         time.sleep(0.2)
-    raise AssertionError(f"not converged after {timeout}s: {diff}")
+    raise AssertionError(f"not converged after {timeout}s: {diff}; examples: {_diff_examples(sim, cluster, diff)}")
+
+
+def _diff_examples(sim: Simulator, cluster: Cluster, diff: dict[str, Any], per_kind: int = 3) -> list[str]:
+    """A few of the differing objects, with both resourceVersions, so a failure says what was lost."""
+    out = []
+    for kind in diff:
+        expected, actual = sim_state(sim, kind), db_state(cluster, kind)
+        names = {o["metadata"]["uid"]: o["metadata"].get("name") for o in sim.store.objects(kind)}
+        uids = sorted(uid for uid in expected.keys() | actual.keys() if expected.get(uid) != actual.get(uid))
+        out += [f"{kind} {names.get(uid, uid)}: simulator rv {expected.get(uid)}, database rv {actual.get(uid)}"
+                for uid in uids[:per_kind]]
+    return out
 
 
 class Watchers:
@@ -94,6 +107,7 @@ class Watchers:
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
         self.windows = 0
+        self.lease_losses = 0
 
     def _run(self, kind: str) -> None:
         backend = lease_backend()
@@ -109,6 +123,10 @@ class Watchers:
                     kind_sync_window(cluster_id=self.cluster.pk, kind=kind, client=client, lease=lease,
                                      window_seconds=self.window, stop=self.stop_event)
                     self.windows += 1
+                except LeaseLostError:
+                    # As the Celery task does: the window ends, and a watcher (here: this loop) takes over again.
+                    # The fence keeps a stalled writer from writing, so nothing is lost; the count shows it happened.
+                    self.lease_losses += 1
                 finally:
                     client.close()
                     lease.release()

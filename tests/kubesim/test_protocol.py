@@ -232,6 +232,38 @@ def test_watch_bookmarks_and_timeout(sim):
     }
 
 
+def test_closing_bookmark_never_skips_undelivered_events(sim):
+    """A watch that times out while events are still queued for it must not end with a bookmark past them: a client
+    resuming from that bookmark would never see those events (the sync engine saves bookmark resourceVersions)."""
+    for round_ in range(4):
+        stop = threading.Event()
+        written: list[int] = []
+
+        def writer(round_: int = round_, stop: threading.Event = stop, written: list[int] = written) -> None:
+            n = 0
+            while not stop.is_set():
+                node = sim.store.get("nodes", None, "gpu-node-0")
+                node["metadata"]["labels"]["flap"] = f"{round_}-{n}"
+                written.append(int(sim.store.update("nodes", node, check_rv=False)["metadata"]["resourceVersion"]))
+                n += 1
+
+        rv = sim.store.resource_version
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            events = watch_lines(
+                sim, f"/api/v1/nodes?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1"
+            )
+        finally:
+            stop.set()
+            thread.join()
+        delivered = {int(e["object"]["metadata"]["resourceVersion"]) for e in events if e["type"] != "BOOKMARK"}
+        bookmarks = [int(e["object"]["metadata"]["resourceVersion"]) for e in events if e["type"] == "BOOKMARK"]
+        resume_from = max([rv, *bookmarks, *delivered])
+        skipped = [v for v in written if v <= resume_from and v not in delivered]
+        assert not skipped, (round_, len(skipped), resume_from)
+
+
 def test_watch_selectors_and_object_shape(sim, api_client):
     core = _core(api_client)
     rv = sim.store.resource_version
