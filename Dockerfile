@@ -64,5 +64,7 @@ RUN python -m compileall -q -j 0 /app
 USER ${PORTAL_UID}:${PORTAL_UID}
 EXPOSE 8000
 # The same command as deploy/kustomize/base/web.yaml and docker-compose.yml (tests/deploy/test_compose.py).
-CMD ["gunicorn", "portal.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--timeout", "60", \
-     "--graceful-timeout", "25", "--worker-tmp-dir", "/dev/shm", "--no-control-socket", "--access-logfile", "-"]
+CMD ["gunicorn", "portal.wsgi", "--config", "python:portal.gunicorn_conf", \
+     "--env", "PROMETHEUS_MULTIPROC_DIR=/tmp/prometheus-multiproc", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--threads", "4", "--timeout", "60", "--graceful-timeout", "25", "--worker-tmp-dir", "/dev/shm", \
+     "--no-control-socket", "--access-logfile", "-"]

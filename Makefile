@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint check migrate worker beat run bench clean
+.PHONY: demo test venv lint check migrate worker beat run bench bench-load clean audit
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,7 @@ beat: $(STAMP)
 	$(PY) -m celery -A portal beat
 
 run: $(STAMP)
-	$(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:8000 --workers 2
+	$(VENV)/bin/gunicorn portal.wsgi --config python:portal.gunicorn_conf --env PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus-multiproc --bind 127.0.0.1:8000 --workers 2
 
 bench: $(STAMP)
 	$(PY) bench/sync_large.py
@@ -52,6 +52,16 @@ bench: $(STAMP)
 	$(PY) bench/explain_large.py
 	$(PY) bench/validate_large.py
 	$(PY) bench/chargeback_large.py
+
+# 50 clients on `large` with churn: page and API latency, error rate, and sync lag without and with the load.
+bench-load: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) bench/load.py
+
+# Known vulnerabilities in the pins (and the venv's transitive dependencies) against OSV. Exit 3 = NOT RUN: the
+# advisory service is unreachable, nothing was checked (docs/deploy.md, "Dependency audit").
+audit: $(STAMP)
+	$(PY) scripts/dependency_audit.py --installed $(AUDIT_ARGS)
 
 clean:
 	rm -rf var

@@ -1,9 +1,10 @@
 """Observability: Prometheus `/metrics`, `/healthz`, `/readyz`, and JSON logs that carry the request id.
 
-Metrics come from two places. Request latency is measured in-process by `RequestMetricsMiddleware` (with gunicorn's
-several worker processes set PROMETHEUS_MULTIPROC_DIR, as prometheus_client documents, so every worker's samples
-are summed). Everything about the fleet is read from the database at scrape time by `PortalCollector` — a handful of
-aggregate queries — so every web replica reports the same numbers whichever process did the work:
+Metrics come from two places. Request latency is measured in-process by `RequestMetricsMiddleware`; under gunicorn
+the web sets PROMETHEUS_MULTIPROC_DIR (portal/gunicorn_conf.py), each worker writes its samples to files there, and
+/metrics sums those of every worker, live or exited. Everything about the fleet is read from the database at scrape
+time by `PortalCollector` — a handful of aggregate queries — so every web replica reports the same numbers whichever
+process did the work:
 
 - sync lag per cluster and kind (now minus the last watch event or bookmark), relists and events applied (counters);
 - mirrored objects per kind; pending accelerator pods by reason; claim allocation latency (creation → allocation,
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,7 +32,7 @@ from django.db import connection
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
@@ -169,15 +172,24 @@ def _parse_time(value: Any) -> dt.datetime | None:
     return parse_datetime(value) if isinstance(value, str) else None
 
 
-_collector_registered = False
+_registry: CollectorRegistry | None = None
+_registry_lock = threading.Lock()
 
 
 def registry() -> CollectorRegistry:
-    global _collector_registered
-    if not _collector_registered:
-        REGISTRY.register(PortalCollector())
-        _collector_registered = True
-    return REGISTRY
+    """What /metrics exports. With PROMETHEUS_MULTIPROC_DIR set (gunicorn's workers, portal/gunicorn_conf.py): the
+    samples of every process that wrote to that directory, summed, plus the fleet metrics once. Otherwise this
+    process's default registry plus the fleet metrics."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                _registry = CollectorRegistry()
+                multiprocess.MultiProcessCollector(_registry)
+            else:
+                _registry = REGISTRY
+            _registry.register(PortalCollector())
+        return _registry
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -16,7 +16,8 @@ import yaml
 from .conftest import KUSTOMIZE, ROOT, TMP, Doc, command, container, of_kind, workloads
 
 COMPOSE_ONLY = {"postgres", "redis", "kubesim", "setup"}  # the datastores, the simulator, and its registration
-# Variables read by Django or a library rather than by portal/settings (e.g. PROMETHEUS_MULTIPROC_DIR would go here).
+# Variables read by Django or a library rather than by portal/settings. (PROMETHEUS_MULTIPROC_DIR is not one: the web
+# sets it on gunicorn's command line, so the workers sharing this environment stay out of multiprocess mode.)
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE"}
 
 

@@ -228,6 +228,23 @@ def test_web_probes_use_the_health_endpoints_on_8000(base: list[Doc]) -> None:
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
 
 
+def test_web_sums_the_latency_samples_of_every_gunicorn_worker(base: list[Doc]) -> None:
+    """prometheus_client's multiprocess mode (docs/observability.md): the gunicorn hooks of portal/gunicorn_conf.py
+    and PROMETHEUS_MULTIPROC_DIR on the writable /tmp, given on gunicorn's command line so that only the web (not
+    the Celery workers, which share the ConfigMap) runs in that mode."""
+    from portal import gunicorn_conf
+
+    argv = command(named(base, "Deployment", "web"))
+    assert argv[:2] == ["gunicorn", "portal.wsgi"]
+    assert option(argv, "--config", "-c") == "python:portal.gunicorn_conf"
+    name, _, directory = option(argv, "--env", "-e").partition("=")
+    assert name == "PROMETHEUS_MULTIPROC_DIR"
+    assert Path(directory).parent.as_posix() == TMP
+    assert callable(gunicorn_conf.on_starting)
+    assert callable(gunicorn_conf.child_exit)
+    assert "PROMETHEUS_MULTIPROC_DIR" not in of_kind(base, "ConfigMap")[0]["data"]
+
+
 def test_worker_probes_ping_their_own_node(base: list[Doc]) -> None:
     for deployment in of_kind(base, "Deployment"):
         argv = command(deployment)
