@@ -25,10 +25,22 @@ class PriceSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"}})
+class FreeByNodeField(serializers.Field):
+    """Free units per node name, as stored (integers written by the capacity computation). Read-only and passed
+    through as is: a DictField would convert thousands of entries one by one for every offering of a list."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> dict[str, int]:
+        return value if isinstance(value, dict) else {}
+
+
 class CapacitySerializer(serializers.ModelSerializer):
     cluster = ClusterRefSerializer(read_only=True)
     oversubscription = serializers.FloatField(read_only=True, allow_null=True)
-    free_by_node = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    free_by_node = FreeByNodeField()
 
     class Meta:
         model = OfferingCapacity
@@ -63,6 +75,9 @@ class CapacityTotalsSerializer(serializers.Serializer):
     granted_quota = serializers.IntegerField(allow_null=True)
 
 
+_TOTALS_FIELDS = tuple(CapacityTotalsSerializer._declared_fields)
+
+
 class OfferingSerializer(serializers.ModelSerializer):
     replacement = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     current_price = serializers.SerializerMethodField()
@@ -92,7 +107,7 @@ class OfferingSerializer(serializers.ModelSerializer):
     @extend_schema_field(CapacityTotalsSerializer)
     def get_capacity(self, obj: Offering) -> dict[str, Any]:
         totals = self._totals(obj)
-        return {name: getattr(totals, name) for name in CapacityTotalsSerializer().fields}
+        return {name: getattr(totals, name) for name in _TOTALS_FIELDS}
 
     @extend_schema_field(CapacitySerializer(many=True))
     def get_clusters(self, obj: Offering) -> list[dict[str, Any]]:
