@@ -42,6 +42,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chargeback_large import _prices_and_tenants
+from sync_large import recreate_database
 from watch_lag import Recorder, free_port, percentile, poll
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,10 +184,7 @@ def main() -> int:
     sim = Simulator(scenario=args.scenario, port=free_port()).start()
     recorder = Recorder(sim)
     kubeconfig = sim.write_kubeconfig(workdir / "kubeconfig")
-    dsn = f"postgresql://postgres@127.0.0.1:5432/{args.db}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{args.db}"')
+    dsn = recreate_database(args.db)
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
     port = free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench-" * 8,

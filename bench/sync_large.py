@@ -33,10 +33,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def recreate_database(db: str) -> str:
+    """Drop (closing its connections) and create an empty PostgreSQL database; returns its DSN for psycopg."""
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{db}"')
+    return f"postgresql://postgres@127.0.0.1:5432/{db}"
+
+
 def large_database(db: str, *, reuse: bool, scenario: str = "large") -> dict[str, str]:
     """The environment of a portal database holding `scenario` synced once (created afresh unless `reuse`)."""
-    import psycopg
-
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
            "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}
@@ -51,9 +57,7 @@ def large_database(db: str, *, reuse: bool, scenario: str = "large") -> dict[str
             if sim.poll() is not None:
                 raise SystemExit("simulator exited")
             time.sleep(0.5)
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            admin.execute(f'CREATE DATABASE "{db}"')
+        recreate_database(db)
         subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
         subprocess.run([PY, "manage.py", "cluster_add", scenario, "--kubeconfig", kubeconfig], cwd=ROOT, env=env,
                        check=True, stdout=subprocess.DEVNULL)
@@ -106,9 +110,7 @@ def main() -> int:
             time.sleep(0.5)
         print(f"simulator ready in {time.perf_counter() - started:.1f}s", flush=True)
 
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
-            admin.execute(f'CREATE DATABASE "{args.db}"')
+        recreate_database(args.db)
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
                "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}",
                "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")}

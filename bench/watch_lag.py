@@ -32,6 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from kubesim import Simulator  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from sync_large import recreate_database  # noqa: E402
+
 PY = sys.executable
 TABLES = {"pods": "inventory_pod", "nodes": "inventory_node", "resourceslices": "inventory_resourceslice"}
 
@@ -118,10 +121,7 @@ def main() -> int:
     sim = Simulator(scenario=args.scenario, port=free_port()).start()
     recorder = Recorder(sim)
     kubeconfig = sim.write_kubeconfig(workdir / "kubeconfig")
-    dsn = f"postgresql://postgres@127.0.0.1:5432/{args.db}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{args.db}"')
+    dsn = recreate_database(args.db)
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
            "DATABASE_URL": dsn.replace("postgresql", "postgres"), "REDIS_URL": redis_url,

@@ -76,3 +76,96 @@ def redact_value(name: str, value: Any, user: Any) -> Any:
     if value in ("", None) or can_see_sensitive(user) or not is_sensitive_name(name):
         return value
     return REDACTED
+
+
+# ------------------------------------------------------------------------------------------------ node names
+# With PORTAL_REDACT_NODE_NAMES, API answers to anybody who may not see sensitive data (tenant roles, finance, tokens
+# without `inventory:sensitive`) carry a pseudonym instead of every node name, wherever it appears: as a value, a
+# dict key (free units per node), or inside a string (device keys `node/<node>/<resource>`, messages). It is applied
+# to the response data of every REST API view, before rendering (JSON, CSV, JSON lines alike), so no serializer can
+# forget it. The pseudonym is stable (an HMAC of the name under the SECRET_KEY), so relations between answers hold.
+
+# A DNS-1123 subdomain as it appears in text: node names are made of these characters.
+_NAME_TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")
+_names_cache: tuple[tuple[int, int], frozenset[str]] | None = None
+
+
+def node_pseudonym(name: str) -> str:
+    """`node-` and 12 hex digits of HMAC-SHA256(name): stable across requests and processes, not reversible."""
+    import hashlib
+    import hmac
+
+    key = hashlib.sha256(f"portal-node-pseudonym:{settings.SECRET_KEY}".encode()).digest()
+    return "node-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def known_node_names() -> frozenset[str]:
+    """Every node name the inventory has seen (tombstones included: history still names them). Cached per process
+    until a node row is added or removed (node names are immutable in Kubernetes)."""
+    from django.db.models import Count, Max
+
+    from inventory.models import Node
+
+    global _names_cache
+    stamp = Node.objects.aggregate(n=Count("id"), last=Max("id"))
+    key = (stamp["n"] or 0, stamp["last"] or 0)
+    if _names_cache is None or _names_cache[0] != key:
+        _names_cache = (key, frozenset(Node.objects.values_list("name", flat=True).distinct()))
+    return _names_cache[1]
+
+
+def redacts_node_names(user: Any) -> bool:
+    """Whether API answers to `user` carry node pseudonyms instead of node names."""
+    return bool(settings.PORTAL_REDACT_NODE_NAMES) and not can_see_sensitive(user)
+
+
+class NodeNameRedactor:
+    """Replaces known node names with their pseudonyms in a JSON value (keys, values and inside strings)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self._pseudonyms: dict[str, str] = {}
+
+    def pseudonym(self, name: str) -> str:
+        found = self._pseudonyms.get(name)
+        if found is None:
+            found = self._pseudonyms[name] = node_pseudonym(name)
+        return found
+
+    def text(self, value: str) -> str:
+        if value in self.names:
+            return self.pseudonym(value)
+        return _NAME_TOKEN.sub(lambda m: self.pseudonym(m[0]) if m[0] in self.names else m[0], value)
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {(self.text(k) if isinstance(k, str) else k): self(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self(item) for item in value]
+        return value
+
+
+class NodeNameRedactionMiddleware:
+    """Applies the node-name pseudonyms to REST API responses (DRF's Response is a template response: its data is
+    still unrendered here) for users who may not see sensitive data, when PORTAL_REDACT_NODE_NAMES is on."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        return self.get_response(request)
+
+    def process_template_response(self, request: Any, response: Any) -> Any:
+        from rest_framework.response import Response
+
+        match = getattr(request, "resolver_match", None)
+        view_class = getattr(getattr(match, "func", None), "cls", None)
+        if (isinstance(response, Response) and response.data is not None
+                and getattr(view_class, "node_names_redacted", True)
+                and redacts_node_names(getattr(request, "user", None))):
+            names = known_node_names()
+            if names:
+                response.data = NodeNameRedactor(names)(response.data)
+        return response

@@ -57,6 +57,8 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     occurred_from/occurred_to, q, request_id, since_id)."""
 
     token_scope = "audit:read"  # noqa: S105 - a scope name, not a secret
+    # The hash-chained record is served as recorded, list and export alike (docs/tokens.md, node names).
+    node_names_redacted = False
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
     permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsAuditReader]

@@ -24,7 +24,7 @@ from inventory.api.inventory_serializers import (
 )
 from inventory.inventory_filtersets import DeviceApiFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
-from inventory.redaction import can_see_sensitive
+from inventory.redaction import can_see_sensitive, redacts_node_names
 from inventory.representations import splice_documents
 from inventory.scoping import scope_namespaced
 
@@ -59,7 +59,8 @@ class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
         rows = queryset.values_list("pk", "cluster_id", "cluster__name", column)
         page = self.paginate_queryset(rows)
         documents = splice_documents(page if page is not None else rows)
-        if request.accepted_renderer.format != "json":  # the browsable API renders Python data
+        # The browsable API renders Python data; node pseudonyms are applied to Python data (redaction middleware).
+        if request.accepted_renderer.format != "json" or redacts_node_names(user):
             results = [orjson.loads(d) for d in documents]
             return self.get_paginated_response(results) if page is not None else Response(results)
         payload = "[" + ",".join(documents) + "]"

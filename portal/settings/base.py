@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.VaryOnHtmxMiddleware",
+    "inventory.redaction.NodeNameRedactionMiddleware",  # PORTAL_REDACT_NODE_NAMES: API data before rendering
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -235,6 +236,8 @@ PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
 # Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/roles.py.
+# Node names in REST API answers become stable pseudonyms for users who may not see sensitive data (docs/tokens.md).
+PORTAL_REDACT_NODE_NAMES = env.bool("PORTAL_REDACT_NODE_NAMES", default=False)
 PORTAL_SENSITIVE_DATA_GROUPS = env.list(
     "PORTAL_SENSITIVE_DATA_GROUPS", default=["platform-admin", "approver", "security-approver"]
 )
