@@ -42,8 +42,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chargeback_large import _prices_and_tenants
-from sync_large import recreate_database
-from watch_lag import Recorder, free_port, percentile, poll
+from watch_lag import Recorder, free_port, percentile, poll, start_workers, synced_simulator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -180,47 +179,26 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-load-"))
-    print(f"loading the {args.scenario!r} scenario …", flush=True)
-    sim = Simulator(scenario=args.scenario, port=free_port()).start()
-    recorder = Recorder(sim)
-    kubeconfig = sim.write_kubeconfig(workdir / "kubeconfig")
-    dsn = recreate_database(args.db)
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+    sim, recorder, env, cluster_id = synced_simulator(args.scenario, args.db, workdir, {
+        "DJANGO_SECRET_KEY": "bench-" * 8, "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "PORTAL_WATCH_WINDOW_SECONDS": "300", "PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")})
+    dsn = env["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench-" * 8,
-           "DATABASE_URL": dsn.replace("postgresql", "postgres"), "REDIS_URL": redis_url,
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "PORTAL_WATCH_WINDOW_SECONDS": "300",
-           "PORTAL_WATCHERS_ENSURE_SECONDS": "2", "PORTAL_LOG_LEVEL": "WARNING",
-           "PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")}
-    subprocess.run(["redis-cli", "-u", redis_url, "flushdb"], check=True, stdout=subprocess.DEVNULL)
     run = {"cwd": ROOT, "env": env, "check": True}
-    subprocess.run([PY, "manage.py", "migrate", "-v0"], **run)
-    subprocess.run([PY, "manage.py", "cluster_add", args.scenario, "--kubeconfig", str(kubeconfig)], **run,
-                   stdout=subprocess.DEVNULL)
-    print("initial sync --once …", flush=True)
-    subprocess.run([PY, "manage.py", "sync", "--cluster", args.scenario, "--once"], **run, stdout=subprocess.DEVNULL)
     subprocess.run([PY, "manage.py", "catalog_refresh", "--discover"], **run, capture_output=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         _prices_and_tenants(conn)
         # Fresh statistics, as autovacuum gives a production database minutes after the initial sync. This
         # machine's PostgreSQL runs with autovacuum off; without it the planner sees one row per table.
         conn.execute("ANALYZE")
-        cluster_id = conn.execute("SELECT id FROM inventory_cluster WHERE name = %s", (args.scenario,)).fetchone()[0]
     setup = json.loads(subprocess.run([PY, "-c", SETUP], **run, capture_output=True, text=True).stdout)
 
-    celery = [PY, "-m", "celery", "-A", "portal"]
-    logs = {name: (workdir / f"{name}.log").open("wb") for name in ("web", "watch", "default", "beat", "locust")}
-    spawn = {"cwd": ROOT, "env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
+    logs = {name: (workdir / f"{name}.log").open("wb") for name in ("web", "locust")}
     procs = [
         subprocess.Popen([str(BIN / "gunicorn"), "-c", "python:portal.gunicorn_conf", "portal.wsgi", "--bind",
                           f"127.0.0.1:{port}", "--workers", "3", "--threads", "4", "--timeout", "120"],
-                         stdout=logs["web"], **spawn),
-        subprocess.Popen([*celery, "worker", "-Q", "watch", "-P", "threads", "-c", "16", "-n", "watch@%h",
-                          "--loglevel", "WARNING"], stdout=logs["watch"], **spawn),
-        subprocess.Popen([*celery, "worker", "-Q", "default", "-P", "solo", "-n", "default@%h", "--loglevel",
-                          "WARNING"], stdout=logs["default"], **spawn),
-        subprocess.Popen([*celery, "beat", "--loglevel", "WARNING", "-s", str(workdir / "beat-schedule")],
-                         stdout=logs["beat"], **spawn),
+                         cwd=ROOT, env=env, stdout=logs["web"], stderr=subprocess.STDOUT, start_new_session=True),
+        *start_workers(env, workdir),
     ]
     base = f"http://127.0.0.1:{port}"
     try:

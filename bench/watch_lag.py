@@ -108,6 +108,47 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def synced_simulator(scenario: str, db: str, workdir: Path,
+                     env_extra: dict[str, str]) -> tuple[Simulator, Recorder, dict[str, str], int]:
+    """The simulator with `scenario` in this process (its churn writes recorded), synced once into a fresh
+    database: (simulator, recorder, the portal's environment, cluster id)."""
+    print(f"loading the {scenario!r} scenario …", flush=True)
+    sim = Simulator(scenario=scenario, port=free_port()).start()
+    recorder = Recorder(sim)
+    kubeconfig = sim.write_kubeconfig(workdir / "kubeconfig")
+    dsn = recreate_database(db)
+    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base",
+           "DATABASE_URL": dsn.replace("postgresql", "postgres"), "REDIS_URL": redis_url,
+           "PORTAL_WATCHERS_ENSURE_SECONDS": "2", "PORTAL_LOG_LEVEL": "WARNING", **env_extra}
+    subprocess.run(["redis-cli", "-u", redis_url, "flushdb"], check=True, stdout=subprocess.DEVNULL)
+    run = {"cwd": ROOT, "env": env, "check": True}
+    subprocess.run([PY, "manage.py", "migrate", "-v0"], **run)
+    subprocess.run([PY, "manage.py", "cluster_add", scenario, "--kubeconfig", str(kubeconfig)], **run,
+                   stdout=subprocess.DEVNULL)
+    print("initial sync --once …", flush=True)
+    subprocess.run([PY, "manage.py", "sync", "--cluster", scenario, "--once"], **run, stdout=subprocess.DEVNULL)
+    with psycopg.connect(dsn) as conn:
+        cluster_id = conn.execute("SELECT id FROM inventory_cluster WHERE name = %s", (scenario,)).fetchone()[0]
+    return sim, recorder, env, cluster_id
+
+
+def start_workers(env: dict[str, str], workdir: Path) -> list[subprocess.Popen]:
+    """The production topology (`make worker`): watchers on their own thread-pool worker, CPU-heavy work (the
+    catalog's capacity recomputation after sync batches) on a separate default-queue worker process, and beat.
+    Each in its own session (stop with os.killpg); logs in `workdir`."""
+    celery = [PY, "-m", "celery", "-A", "portal"]
+    spawn = {"cwd": ROOT, "env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
+    commands = {
+        "watch": [*celery, "worker", "-Q", "watch", "-P", "threads", "-c", "16", "-n", "watch@%h", "--loglevel",
+                  "WARNING"],
+        "default": [*celery, "worker", "-Q", "default", "-P", "solo", "-n", "default@%h", "--loglevel", "WARNING"],
+        "beat": [*celery, "beat", "--loglevel", "WARNING", "-s", str(workdir / "beat-schedule")],
+    }
+    return [subprocess.Popen(command, stdout=(workdir / f"{name}.log").open("wb"), **spawn)
+            for name, command in commands.items()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="large")
@@ -117,40 +158,10 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-lag-"))
-    print(f"loading the {args.scenario!r} scenario …", flush=True)
-    sim = Simulator(scenario=args.scenario, port=free_port()).start()
-    recorder = Recorder(sim)
-    kubeconfig = sim.write_kubeconfig(workdir / "kubeconfig")
-    dsn = recreate_database(args.db)
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "DJANGO_SECRET_KEY": "bench",
-           "DATABASE_URL": dsn.replace("postgresql", "postgres"), "REDIS_URL": redis_url,
-           "PORTAL_WATCH_WINDOW_SECONDS": "120", "PORTAL_WATCHERS_ENSURE_SECONDS": "2", "PORTAL_LOG_LEVEL": "WARNING"}
-    subprocess.run(["redis-cli", "-u", redis_url, "flushdb"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([PY, "manage.py", "cluster_add", "large", "--kubeconfig", str(kubeconfig)], cwd=ROOT, env=env,
-                   check=True, stdout=subprocess.DEVNULL)
-    print("initial sync --once …", flush=True)
-    subprocess.run([PY, "manage.py", "sync", "--cluster", "large", "--once"], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    with psycopg.connect(dsn) as conn:
-        cluster_id = conn.execute("SELECT id FROM inventory_cluster WHERE name = 'large'").fetchone()[0]
-
-    celery = [PY, "-m", "celery", "-A", "portal"]
-    logs = [(workdir / "worker.log").open("wb"), (workdir / "beat.log").open("wb"),
-            (workdir / "worker-default.log").open("wb")]
-    # The production topology (`make worker`): watchers on their own thread-pool worker, CPU-heavy work (the
-    # catalog's capacity recomputation after sync batches) on a separate default-queue worker process.
-    procs = [
-        subprocess.Popen([*celery, "worker", "-Q", "watch", "-P", "threads", "-c", "16", "-n", "watch@%h",
-                          "--loglevel", "WARNING"], cwd=ROOT, env=env, stdout=logs[0], stderr=subprocess.STDOUT,
-                         start_new_session=True),
-        subprocess.Popen([*celery, "worker", "-Q", "default", "-P", "solo", "-n", "default@%h", "--loglevel",
-                          "WARNING"], cwd=ROOT, env=env, stdout=logs[2], stderr=subprocess.STDOUT,
-                         start_new_session=True),
-        subprocess.Popen([*celery, "beat", "--loglevel", "WARNING", "-s", str(workdir / "beat-schedule")], cwd=ROOT,
-                         env=env, stdout=logs[1], stderr=subprocess.STDOUT, start_new_session=True),
-    ]
+    sim, recorder, env, cluster_id = synced_simulator(args.scenario, args.db, workdir, {
+        "DJANGO_SECRET_KEY": "bench", "PORTAL_WATCH_WINDOW_SECONDS": "120"})
+    dsn = env["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
+    procs = start_workers(env, workdir)
     lags: list[float] = []
     stop = threading.Event()
     try:
