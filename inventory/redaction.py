@@ -9,6 +9,8 @@ scope, whoever its user is. Pages and API both call these functions.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from typing import Any
 
@@ -92,9 +94,6 @@ _names_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
 def node_pseudonym(name: str) -> str:
     """`node-` and 12 hex digits of HMAC-SHA256(name): stable across requests and processes, not reversible."""
-    import hashlib
-    import hmac
-
     key = hashlib.sha256(f"portal-node-pseudonym:{settings.SECRET_KEY}".encode()).digest()
     return "node-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
 
@@ -160,11 +159,11 @@ class NodeNameRedactionMiddleware:
     def process_template_response(self, request: Any, response: Any) -> Any:
         from rest_framework.response import Response
 
-        match = getattr(request, "resolver_match", None)
-        view_class = getattr(getattr(match, "func", None), "cls", None)
-        if (isinstance(response, Response) and response.data is not None
-                and getattr(view_class, "node_names_redacted", True)
+        if not (isinstance(response, Response) and response.data is not None
                 and redacts_node_names(getattr(request, "user", None))):
+            return response
+        view_class = getattr(getattr(getattr(request, "resolver_match", None), "func", None), "cls", None)
+        if getattr(view_class, "node_names_redacted", True):
             names = known_node_names()
             if names:
                 response.data = NodeNameRedactor(names)(response.data)
