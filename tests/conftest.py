@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import Group, User
 
 from portal.roles import Role
+from tests.tools import pytest_terminal_summary  # noqa: F401 - the loud count of tests skipped for a missing tool
 
 
 def make_user(username: str, *roles: Role, superuser: bool = False) -> User:
@@ -43,3 +47,31 @@ def platform_admin(db: None) -> User:
 @pytest.fixture
 def finance(db: None) -> User:
     return make_user("finance", Role.FINANCE)
+
+
+@pytest.fixture
+def live_demo(transactional_db: None) -> Iterator[tuple[Any, Any]]:
+    """The demo scenario synced into the database, with the simulator still serving (for dry runs and kubectl)."""
+    import redis
+    import yaml
+    from django.conf import settings
+
+    from catalog.services.manifests import snapshot_forget
+    from inventory.leases import lease_backend
+    from inventory.services.clients import client_for
+    from inventory.services.clusters import cluster_register
+    from inventory.services.sync import cluster_sync_once
+    from kubesim import Simulator
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    snapshot_forget()
+    with Simulator(scenario="demo", port=0) as sim:
+        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
+        client = client_for(cluster)
+        backend = lease_backend()
+        try:
+            cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
+        finally:
+            client.close()
+        yield sim, cluster
+    snapshot_forget()

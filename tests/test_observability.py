@@ -13,7 +13,6 @@ from django.test import override_settings
 
 from inventory.services.clusters import cluster_register
 from portal.models import QuotaRequest
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 
 
 def _metric_lines(text: str, name: str) -> list[str]:
@@ -21,7 +20,7 @@ def _metric_lines(text: str, name: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_metrics_cover_the_fleet(client, live_demo, admin_user) -> None:  # noqa: F811
+def test_metrics_cover_the_fleet(client, live_demo, admin_user) -> None:
     client.force_login(admin_user)
     client.get("/catalog/")  # one request to time
     text = client.get("/metrics").content.decode()

@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from inventory.models import Cluster, Node
 from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
 from inventory.services.sync import cluster_sync_once
+from tests.tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -61,8 +61,7 @@ def test_check_deploy_is_clean_under_production_settings() -> None:
 
 
 def test_docker_compose_file_is_valid() -> None:
-    compose = shutil.which("docker-compose")
-    assert compose, "docker-compose is installed by .ci/run"
+    compose = require_tool("docker-compose")
     result = subprocess.run([compose, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
                             env=_env(DJANGO_SECRET_KEY="compose-check"))
     assert result.returncode == 0, result.stderr

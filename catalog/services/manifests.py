@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from inventory.models import Cluster
 from inventory.services.clients import client_for
 
 logger = logging.getLogger(__name__)
+FeasibilityCheck = Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]]
 
 _snapshots: dict[int, tuple[float, ClusterSnapshot]] = {}
 _contexts: dict[int, tuple[float, ValidationContext]] = {}
@@ -111,15 +113,20 @@ def explanation_findings(explanation: Explanation) -> list[Finding]:
     return findings[:MAX_FINDINGS_PER_POD]
 
 
-def _feasibility(cluster: Cluster) -> Any:
+def snapshot_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot]) -> FeasibilityCheck:
+    """The validator's feasibility layer over a snapshot (or a function returning the current one)."""
     def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
-        snapshot = cluster_snapshot(cluster)
+        current = snapshot() if callable(snapshot) else snapshot
         extra_claims = [c for c in claims if c.get("kind") == "ResourceClaim"]
         templates = [c for c in claims if c.get("kind") == "ResourceClaimTemplate"]
-        explanation = explain_pod(pod, snapshot, extra_claims=extra_claims, extra_claim_templates=templates)
+        explanation = explain_pod(pod, current, extra_claims=extra_claims, extra_claim_templates=templates)
         return explanation_findings(explanation)
 
     return run
+
+
+def _feasibility(cluster: Cluster) -> FeasibilityCheck:
+    return snapshot_feasibility(lambda: cluster_snapshot(cluster))
 
 
 def _dry_run(cluster: Cluster) -> Any:

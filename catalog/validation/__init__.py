@@ -4,7 +4,7 @@ parse → schema → semantics → policy → quota → feasibility → dry-run;
 the path in the manifest, a message, a fix and a stable code. Validation never creates or writes anything.
 """
 
-from catalog.validation.context import ValidationContext, context_for_cluster
+from catalog.validation.context import ValidationContext, context_for_cluster, context_from_objects
 from catalog.validation.engine import validate_documents, validate_manifest
 from catalog.validation.findings import LAYERS, SEVERITIES, Finding, ValidationReport, format_text
 from catalog.validation.parse import MAX_BYTES, MAX_DEPTH, MAX_DOCUMENTS, parse_manifest
@@ -19,6 +19,7 @@ __all__ = [
     "ValidationContext",
     "ValidationReport",
     "context_for_cluster",
+    "context_from_objects",
     "format_text",
     "parse_manifest",
     "validate_documents",

@@ -6,7 +6,7 @@ context_for_cluster only reads the inventory; it never talks to the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,35 +65,79 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
     """The cluster-aware parts of a context from the inventory (live rows only). Read-only."""
     from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
 
-    namespaces = {
-        ns.name: {str(k): str(v) for k, v in as_dict(ns.labels).items()}
-        for ns in Namespace.objects.live().filter(cluster=cluster).only("name", "labels")
-    }
-    admin = frozenset(name for name, labels in namespaces.items() if labels.get(ADMIN_ACCESS_LABEL) == "true")
+    return build_context(
+        kubernetes_version=_version_text(cluster.server_version),
+        namespaces=((ns.name, ns.labels) for ns in Namespace.objects.live().filter(cluster=cluster).only("name", "labels")),
+        nodes=((node.name, node.labels, node.capacity, node.taints)
+               for node in Node.objects.live().filter(cluster=cluster).only("name", "capacity", "taints", "labels")),
+        dra_nodes=set(Device.objects.filter(cluster=cluster, path="dra").exclude(node_name="")
+                      .values_list("node_name", flat=True)),
+        device_classes=((dc.name, dc.raw) for dc in DeviceClass.objects.live().filter(cluster=cluster).only("name", "raw")),
+        quotas=((q.namespace, q.name, q.hard, q.used, q.raw)
+                for q in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw")),
+    )
+
+
+def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "") -> ValidationContext:
+    """The same context from a cluster snapshot file (`kubectl get namespaces,nodes,resourcequotas,deviceclasses,
+    resourceslices -A -o json`): what `validate_manifest --snapshot` uses without the inventory database."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        grouped.setdefault(as_str(as_dict(obj).get("kind")), []).append(as_dict(obj))
+
+    def meta(obj: dict[str, Any]) -> dict[str, Any]:
+        return as_dict(obj.get("metadata"))
+
+    context = build_context(
+        kubernetes_version=_version_text(kubernetes_version),
+        namespaces=((as_str(meta(ns).get("name")), meta(ns).get("labels")) for ns in grouped.get("Namespace", [])),
+        nodes=((as_str(meta(n).get("name")), meta(n).get("labels"), as_dict(n.get("status")).get("capacity"),
+                as_dict(n.get("spec")).get("taints")) for n in grouped.get("Node", [])),
+        dra_nodes={as_str(as_dict(s.get("spec")).get("nodeName")) for s in grouped.get("ResourceSlice", [])} - {""},
+        device_classes=((as_str(meta(dc).get("name")), dc) for dc in grouped.get("DeviceClass", [])),
+        quotas=((as_str(meta(q).get("namespace")), as_str(meta(q).get("name")), as_dict(q.get("spec")).get("hard"),
+                 as_dict(q.get("status")).get("used"), q) for q in grouped.get("ResourceQuota", [])),
+    )
+    if not grouped.get("Namespace"):  # a snapshot without namespaces says nothing about them: skip those checks
+        context.namespaces = None
+        context.admin_access_namespaces = None
+    return context
+
+
+def build_context(
+    *,
+    kubernetes_version: str,
+    namespaces: Iterable[tuple[str, Any]],
+    nodes: Iterable[tuple[str, Any, Any, Any]],
+    dra_nodes: set[str],
+    device_classes: Iterable[tuple[str, Any]],
+    quotas: Iterable[tuple[str, str, Any, Any, Any]],
+) -> ValidationContext:
+    """One construction of the context from (name, labels) namespaces, (name, labels, capacity, taints) nodes, the
+    names of nodes with DRA devices, (name, raw) DeviceClasses and (namespace, name, hard, used, raw) quotas."""
+    namespace_labels = {name: {str(k): str(v) for k, v in as_dict(labels).items()} for name, labels in namespaces}
+    admin = frozenset(name for name, labels in namespace_labels.items() if labels.get(ADMIN_ACCESS_LABEL) == "true")
 
     node_resources: dict[str, int] = {}
     accelerator_nodes: set[str] = set()
     all_nodes: dict[str, dict[str, str]] = {}
     taints: dict[str, set[str]] = {}
     tainted_nodes: dict[str, list[str]] = {}
-    for node in Node.objects.live().filter(cluster=cluster).only("name", "capacity", "taints", "labels"):
-        all_nodes[node.name] = {str(k): str(v) for k, v in as_dict(node.labels).items()}
-        for resource, value in as_dict(node.capacity).items():
+    for name, labels, capacity, node_taints in nodes:
+        all_nodes[name] = {str(k): str(v) for k, v in as_dict(labels).items()}
+        for resource, value in as_dict(capacity).items():
             if "/" not in resource:
                 continue
             amount = quantity(value)
             if amount is not None and amount > 0:
                 node_resources[resource] = node_resources.get(resource, 0) + 1
-                accelerator_nodes.add(node.name)
-        for taint in as_list(node.taints):
+                accelerator_nodes.add(name)
+        for taint in as_list(node_taints):
             taint = as_dict(taint)
             key = as_str(taint.get("key"))
             if key and taint.get("effect") in ("NoSchedule", "NoExecute"):
                 taints.setdefault(key, set()).add(as_str(taint.get("value")))
-                tainted_nodes.setdefault(key, []).append(node.name)
-    dra_nodes = set(
-        Device.objects.filter(cluster=cluster, path="dra").exclude(node_name="").values_list("node_name", flat=True)
-    )
+                tainted_nodes.setdefault(key, []).append(name)
     accelerator_nodes |= dra_nodes & set(all_nodes)
 
     taint_labels: dict[str, dict[str, str]] = {}
@@ -106,27 +150,23 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
             k: v for k, v in shared.items() if any(labels.get(k) != v for labels in untainted) or not untainted
         }
 
-    device_classes = {
-        dc.name: dc.raw if isinstance(dc.raw, dict) else {}
-        for dc in DeviceClass.objects.live().filter(cluster=cluster).only("name", "raw")
-    }
-    quotas: dict[str, list[dict[str, Any]]] = {}
-    for quota in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw"):
-        spec = as_dict(as_dict(quota.raw).get("spec"))
-        quotas.setdefault(quota.namespace, []).append({
-            "name": quota.name,
-            "hard": as_dict(quota.hard),
-            "used": as_dict(quota.used),
+    quota_entries: dict[str, list[dict[str, Any]]] = {}
+    for namespace, name, hard, used, raw in quotas:
+        spec = as_dict(as_dict(raw).get("spec"))
+        quota_entries.setdefault(namespace, []).append({
+            "name": name,
+            "hard": as_dict(hard),
+            "used": as_dict(used),
             "scoped": bool(spec.get("scopes") or spec.get("scopeSelector")),
         })
     return ValidationContext(
-        kubernetes_version=_version_text(cluster.server_version),
-        namespaces=namespaces,
+        kubernetes_version=kubernetes_version,
+        namespaces=namespace_labels,
         node_resources=node_resources,
         gpu_node_count=len(accelerator_nodes),
         cpu_only_node_count=len(all_nodes) - len(accelerator_nodes),
-        device_classes=device_classes,
-        quotas=quotas,
+        device_classes={name: raw if isinstance(raw, dict) else {} for name, raw in device_classes},
+        quotas=quota_entries,
         admin_access_namespaces=admin,
         node_taints=taints,
         node_taint_labels=taint_labels,

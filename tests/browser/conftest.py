@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.tools import require_tool
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -33,9 +34,8 @@ def playwright_instance() -> Iterator[Playwright]:
 
 @pytest.fixture(scope="session")
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed")
-    browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    chromium = require_tool("chromium")
+    browser = playwright_instance.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
     yield browser
     browser.close()
 

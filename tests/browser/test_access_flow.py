@@ -11,7 +11,6 @@ from portal.enforcement import ADMIN_LABEL, enforcement_apply, grants_confirm
 from portal.models import Grant
 from portal.roles import Role
 from tests.browser.test_catalog_pages import log_in, shot
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 from tests.portal.test_quota import _sync
@@ -27,7 +26,7 @@ def _page(browser: Browser, live_server, username: str, path: str):
 
 
 def test_request_two_security_approvals_active_then_revoked(browser: Browser, live_server,
-                                                            live_demo) -> None:  # noqa: F811
+                                                            live_demo) -> None:
     sim, cluster = live_demo
     member = make_user("mia", Role.TENANT_MEMBER)
     give_namespaces(member, cluster, "ml-research", tenant_slug="ml-research")

@@ -19,7 +19,6 @@ from catalog.models import OfferingPrice
 from portal.roles import Role
 from portal.violations import scan_cluster
 from tests.browser.test_catalog_pages import ARTIFACTS, log_in, shot
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 
@@ -41,7 +40,7 @@ def _page(browser: Browser, live_server, username: str, path: str) -> Page:
 
 
 @pytest.fixture
-def demo(live_demo):  # noqa: F811
+def demo(live_demo):
     """The synced demo cluster plus the demo's curated offerings (with prices)."""
     call_command("catalog_seed")
     call_command("catalog_refresh")  # capacity, incl. granted quota (the Celery task's job)

@@ -10,7 +10,6 @@ from portal.quota import FIELD_MANAGER, QUOTA_NAME, quota_apply, quota_requests_
 from portal.roles import Role
 from tests.browser.test_catalog_pages import log_in, shot
 from tests.catalog.factories import OfferingFactory
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 from tests.portal.test_quota import _sync
@@ -19,7 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_lead_requests_approver_approves_quota_becomes_active(browser: Browser, live_server,
-                                                              live_demo) -> None:  # noqa: F811
+                                                              live_demo) -> None:
     sim, cluster = live_demo
     lead = make_user("lea", Role.TENANT_LEAD, Role.TENANT_MEMBER)
     give_namespaces(lead, cluster, "ml-research", tenant_slug="ml-research", role="lead")

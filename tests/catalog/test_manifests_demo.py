@@ -6,40 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-import redis
 import yaml
-from django.conf import settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from catalog.services.manifests import snapshot_forget
-from inventory.leases import lease_backend
 from inventory.models import Pod
-from inventory.services.clients import client_for
-from inventory.services.clusters import cluster_register
-from inventory.services.sync import cluster_sync_once
-from kubesim import Simulator
 from tests.catalog.factories import OfferingFactory
 from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def live_demo(transactional_db):
-    """The demo scenario synced, with the simulator still serving (for dry runs)."""
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    snapshot_forget()
-    with Simulator(scenario="demo", port=0) as sim:
-        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
-        client = client_for(cluster)
-        backend = lease_backend()
-        try:
-            cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
-        finally:
-            client.close()
-        yield sim, cluster
-    snapshot_forget()
 
 
 def _api(user) -> APIClient:

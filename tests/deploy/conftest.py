@@ -1,6 +1,6 @@
 """Rendered deployment manifests for the deploy tests: `kubectl kustomize` of every kustomization under deploy/.
 
-kubectl is required by the suite (.ci/run checks for it); these tests never skip without it.
+kubectl is required by the suite (`make test` checks for it, scripts/test-prereqs); these tests fail without it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.tools import require_tool
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
 NAMESPACE = "accelerator-portal"
@@ -25,9 +27,7 @@ Doc = dict[str, Any]
 
 
 def kubectl() -> str:
-    path = shutil.which("kubectl")
-    assert path, "kubectl is required by the test suite (it renders the kustomizations)"
-    return path
+    return require_tool("kubectl")  # it renders the kustomizations
 
 
 def render(directory: Path) -> list[Doc]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.tools import require_tool
 
 from .conftest import KUSTOMIZE, ROOT, TMP, Doc, command, container, of_kind, workloads
 
@@ -22,8 +23,7 @@ NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE"}
 
 
 def _compose(*args: str, secret: bool = True) -> subprocess.CompletedProcess[str]:
-    compose = shutil.which("docker-compose")
-    assert compose, "docker-compose is installed by .ci/run"
+    compose = require_tool("docker-compose")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PORTAL_", "POSTGRES_"))}
     if secret:
         env["DJANGO_SECRET_KEY"] = "compose-check"

@@ -9,7 +9,6 @@ from rest_framework.test import APIClient
 from inventory.api.cmdb import ci_id, decode_cursor, encode_cursor
 from inventory.models import Device
 from portal.roles import Role
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.test_quota import _sync
 
@@ -35,7 +34,7 @@ def _walk(api: APIClient, path: str, **params) -> list[dict]:
         response = api.get(body["next"])
 
 
-def test_identities_relations_pagination_and_stability(live_demo) -> None:  # noqa: F811
+def test_identities_relations_pagination_and_stability(live_demo) -> None:
     sim, cluster = live_demo
     admin = _api(make_user("platform", Role.PLATFORM_ADMIN))
     whole = _walk(admin, "/api/v1/cmdb/cards/", limit=1000)
@@ -73,7 +72,7 @@ def test_identities_relations_pagination_and_stability(live_demo) -> None:  # no
     assert [c["id"] for c in _walk(admin, "/api/v1/cmdb/cards/", limit=1000)] == [c["id"] for c in whole]
 
 
-def test_search_etag_redaction_and_bad_cursors(live_demo) -> None:  # noqa: F811
+def test_search_etag_redaction_and_bad_cursors(live_demo) -> None:
     admin = _api(make_user("platform", Role.PLATFORM_ADMIN))
     cards = _walk(admin, "/api/v1/cmdb/cards/", limit=1000)
     node = cards[0]["node"]["name"]

@@ -13,7 +13,6 @@ from inventory.models import Node
 from inventory.redaction import NodeNameRedactor, node_pseudonym
 from portal.roles import Role
 from tests.apitokens.conftest import bearer, make_token
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 
 TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")
@@ -40,7 +39,7 @@ def _names_in(text: str, names: set[str]) -> set[str]:
 
 
 @pytest.mark.slow
-def test_api_answers_carry_pseudonyms_not_node_names(live_demo, settings) -> None:  # noqa: F811
+def test_api_answers_carry_pseudonyms_not_node_names(live_demo, settings) -> None:
     settings.PORTAL_REDACT_NODE_NAMES = True
     names = set(Node.objects.values_list("name", flat=True))
     assert len(names) >= 10
@@ -66,7 +65,7 @@ def test_api_answers_carry_pseudonyms_not_node_names(live_demo, settings) -> Non
 
 
 @pytest.mark.slow
-def test_the_sensitive_scope_and_the_setting_show_real_names(live_demo, settings) -> None:  # noqa: F811
+def test_the_sensitive_scope_and_the_setting_show_real_names(live_demo, settings) -> None:
     names = set(Node.objects.values_list("name", flat=True))
     admin = make_user("cmdb-sensitive", Role.PLATFORM_ADMIN)
     sensitive = bearer(make_token(admin, "inventory:read", "inventory:sensitive").plaintext)
@@ -104,7 +103,7 @@ def test_the_redactor_replaces_whole_names_in_keys_values_and_text() -> None:
 
 
 @pytest.mark.slow
-def test_the_audit_record_is_served_as_recorded(live_demo, settings) -> None:  # noqa: F811
+def test_the_audit_record_is_served_as_recorded(live_demo, settings) -> None:
     from django.db import transaction
 
     from audit.services import audit_record

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import kubernetes
@@ -14,11 +13,17 @@ import yaml
 from kubesim import Simulator
 from kubesim.scenario import ScenarioError, load_scenario
 from tests.kubesim.test_kubectl import kubectl_runner
+from tests.tools import require_tool
 
 from .conftest import request, watch_lines
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+needs_kubectl = pytest.mark.usefixtures("kubectl_installed")
+
+
+@pytest.fixture
+def kubectl_installed() -> str:
+    return require_tool("kubectl")
 
 
 def _cm(name: str, namespace: str, **data: str) -> dict:

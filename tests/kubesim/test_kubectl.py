@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 
 import pytest
 import yaml
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+from tests.tools import require_tool
+
+
+@pytest.fixture(autouse=True)
+def _kubectl() -> None:
+    require_tool("kubectl")
+
 
 QUOTA = """\
 apiVersion: v1

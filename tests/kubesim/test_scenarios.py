@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import kubernetes
 import pytest
 
 from kubesim import Simulator
+from tests.tools import require_tool
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,8 @@ def test_churn_on_demo_keeps_objects_valid(demo):
     c.close()
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kubectl_on_demo(demo, tmp_path):
+    kubectl = require_tool("kubectl")
     kc = demo.write_kubeconfig(tmp_path / "kc")
     for args in (
         ["get", "nodes"],
@@ -74,7 +74,7 @@ def test_kubectl_on_demo(demo, tmp_path):
         ["get", "events", "-A"],
         ["get", "quota", "-A"],
     ):
-        p = subprocess.run(["kubectl", "--kubeconfig", str(kc), *args], capture_output=True, text=True, timeout=30)
+        p = subprocess.run([kubectl, "--kubeconfig", str(kc), *args], capture_output=True, text=True, timeout=30)
         assert p.returncode == 0, p.stderr
         assert p.stdout.splitlines()[0].split()[0] in ("NAME", "NAMESPACE")
 

@@ -34,7 +34,6 @@ from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, Vi
 from portal.quota import FIELD_MANAGER
 from portal.roles import Role
 from portal.violations import scan_cluster
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 
@@ -43,7 +42,7 @@ HOUR = dt.timedelta(hours=1)
 
 
 @pytest.fixture
-def world(live_demo, member):  # noqa: F811
+def world(live_demo, member):
     sim, cluster = live_demo
     give_namespaces(member, cluster, "ml-research", tenant_slug="ml-research")
     give_namespaces(make_user("platform-member"), cluster, "gpu-admin", tenant_slug="platform")

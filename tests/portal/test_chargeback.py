@@ -20,7 +20,6 @@ from portal import chargeback as cb
 from portal.models import ChargeMapping, Tenant
 from portal.roles import Role
 from tests.catalog.factories import OfferingFactory
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory
 from tests.portal.factories import give_namespaces
@@ -224,7 +223,7 @@ def test_api_json_csv_detail_focus_and_scoping(books) -> None:
 
 
 @pytest.mark.slow
-def test_sync_restarts_and_relists_never_double_count(live_demo) -> None:  # noqa: F811
+def test_sync_restarts_and_relists_never_double_count(live_demo) -> None:
     """The demo synced, priced; then a second full sync (relist), a simulator restart with compaction (410 →
     relist) and replayed derivation: the same pieces, to the microsecond and the cent."""
     from inventory.services.derive import derive_scope

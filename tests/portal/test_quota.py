@@ -31,7 +31,6 @@ from portal.quota import (
 )
 from portal.roles import Role
 from tests.catalog.factories import OfferingFactory
-from tests.catalog.test_manifests_demo import live_demo  # noqa: F401 - fixture
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 
@@ -40,7 +39,7 @@ State = QuotaRequest.State
 
 
 @pytest.fixture
-def world(live_demo, lead, approver):  # noqa: F811
+def world(live_demo, lead, approver):
     sim, cluster = live_demo
     give_namespaces(lead, cluster, "ml-research", tenant_slug="ml-research", role="lead")
     second = make_user("approver2", Role.APPROVER)

@@ -29,6 +29,7 @@ from catalog.feasibility import (
     split_pod_manifest,
 )
 from catalog.feasibility.manifests import group_by_kind
+from catalog.management.commands._inventory import require_inventory
 
 MAX_TEXT_NODES = 20
 
@@ -79,6 +80,7 @@ class Command(BaseCommand):
             )
         if options["pods"]:
             raise CommandError("--pods needs --nodes (or use --cluster for the inventory)")
+        require_inventory("without --nodes, explain_pod", instead="give the cluster's objects with --nodes FILE")
         from inventory.models import Cluster  # only when the database is used
 
         name = options["cluster"]

@@ -1,5 +1,12 @@
 """Validate a manifest from a file or stdin, e.g. in a tenant's CI. Reads the inventory only; creates nothing.
 
+    python manage.py validate_manifest job.yaml --cluster prod-east          # against the inventory database
+    python manage.py validate_manifest job.yaml --snapshot cluster.json     # against a snapshot file, no database
+
+The snapshot is what `kubectl get namespaces,nodes,pods,resourcequotas,deviceclasses,resourceslices,resourceclaims
+-A -o json` prints (JSON or YAML, one object, a list or a `kind: List`): the cluster-aware layers and feasibility run
+against it exactly as against the inventory.
+
 Exit codes: 0 no errors, 1 the manifest has errors, 2 usage error (unreadable file, unknown cluster, bad version).
 """
 
@@ -15,12 +22,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from catalog.feasibility import ManifestError, load_objects, snapshot_from_objects
+from catalog.feasibility.manifests import group_by_kind
+from catalog.management.commands._inventory import require_inventory
+from catalog.services.manifests import snapshot_feasibility, validation_context
 from catalog.validation import (
     MAX_BYTES,
     Finding,
     ValidationContext,
     ValidationReport,
-    context_for_cluster,
+    context_from_objects,
     format_text,
     validate_manifest,
 )
@@ -31,25 +42,32 @@ from inventory.models import Cluster
 class Command(BaseCommand):
     help = (
         "Validate a Pod/Job/ResourceClaim/ResourceClaimTemplate manifest (FILE or - for stdin). Without --cluster "
-        "only schema, semantics and policy run; with it, namespaces, resources, classes and quotas are checked "
-        "against the inventory. Exit code 0 = no errors, 1 = errors, 2 = usage error."
+        "or --snapshot only schema, semantics and policy run; with one, namespaces, resources, classes, quotas and "
+        "feasibility are checked against the inventory or the snapshot file. Exit code 0 = no errors, 1 = errors, "
+        "2 = usage error."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", metavar="FILE", help="Manifest file (YAML or JSON), or - for stdin.")
-        parser.add_argument("--cluster", help="Name of a registered cluster to validate against.")
+        target = parser.add_mutually_exclusive_group()
+        target.add_argument("--cluster", help="Name of a registered cluster to validate against.")
+        target.add_argument("--snapshot", metavar="FILE",
+                            help="The cluster's objects as JSON/YAML (kubectl get … -A -o json); needs no database.")
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--kubernetes-version", help="Schema version, e.g. 1.35 (default: the cluster's).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         text = self._read(options["file"])
         context = ValidationContext()
-        if options["cluster"]:
+        if options["snapshot"]:
+            context = self._snapshot_context(options["snapshot"])
+        elif options["cluster"]:
+            require_inventory("--cluster", instead="give the cluster's objects with --snapshot FILE")
             try:
                 cluster = Cluster.objects.filter(name=options["cluster"]).first()
                 if cluster is None:
                     raise CommandError(f"unknown cluster {options['cluster']!r}", returncode=2)
-                context = context_for_cluster(cluster)
+                context = validation_context(cluster)  # the pages' context: inventory + feasibility
             except DatabaseError as exc:
                 raise CommandError(f"cannot read the inventory: {exc.__class__.__name__}", returncode=2) from None
         version = options["kubernetes_version"]
@@ -64,6 +82,27 @@ class Command(BaseCommand):
             self.stdout.write(format_text(report), ending="")
         if not report.ok:
             raise SystemExit(1)
+
+    @staticmethod
+    def _snapshot_context(name: str) -> ValidationContext:
+        try:
+            objects = load_objects(Path(name))
+        except ManifestError as exc:
+            raise CommandError(f"--snapshot: {exc}", returncode=2) from None
+        grouped = group_by_kind(objects)
+        if not grouped.get("Node"):
+            raise CommandError("--snapshot: no objects of kind Node found", returncode=2)
+        context = context_from_objects(objects)
+        snapshot = snapshot_from_objects(
+            nodes=grouped.get("Node", []),
+            pods=grouped.get("Pod", []),
+            resource_slices=grouped.get("ResourceSlice", []),
+            device_classes=grouped.get("DeviceClass", []),
+            resource_claims=grouped.get("ResourceClaim", []),
+            resource_claim_templates=grouped.get("ResourceClaimTemplate", []),
+        )
+        context.feasibility = snapshot_feasibility(snapshot)
+        return context
 
     def _read(self, name: str) -> str | ValidationReport:
         try:
