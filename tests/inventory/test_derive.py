@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 
 from inventory.k8s.types import WatchEvent
 from inventory.leases import Lease, lease_backend
@@ -95,7 +96,7 @@ GFD_H100 = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-
 
 @pytest.fixture
 def cluster(db: None) -> Cluster:
-    redis.Redis.from_url("redis://127.0.0.1:6379/15").flushdb()
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
     return Cluster.objects.create(name="c1", kubeconfig="clusters: []")
 
 
