@@ -4,7 +4,7 @@ from rest_framework.routers import DefaultRouter
 from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewSet
 from portal.api import TenantViewSet
 from portal.chargeback_api import ChargebackView, FocusExportView
-from portal.quota_api import QuotaRequestViewSet, QuotaViewSet
+from portal.quota_api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
 
 app_name = "portal-api"
 router = DefaultRouter()
@@ -12,6 +12,7 @@ router.include_root_view = False
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("quotas", QuotaViewSet, basename="quota")
+router.register("quota-states", QuotaNamespaceStateViewSet, basename="quota-state")
 router.register("access-requests", AccessRequestViewSet, basename="access-request")
 router.register("grants", GrantViewSet, basename="grant")
 router.register("violations", ViolationViewSet, basename="violation")

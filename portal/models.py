@@ -181,6 +181,50 @@ class QuotaRequest(models.Model):
         return f"#{self.pk} {self.units} x {self.offering_id} in {self.namespace} ({self.state})"
 
 
+class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
+    def visible_to(self, user: Any) -> Self:
+        """The namespaces of the user's tenants (every namespace for platform roles; none for anonymous users)."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if sees_all_tenants(user):
+            return self
+        owned = TenantNamespace.objects.visible_to(user).filter(cluster_id=models.OuterRef("cluster_id"),
+                                                                 namespace=models.OuterRef("namespace"))
+        return self.filter(models.Exists(owned))
+
+
+class QuotaNamespaceState(models.Model):
+    """The portal's quota in one namespace as the cluster carries it: desired (granted, unexpired units) against what
+    the sync shows, kept by the confirm beat (portal/quota.py `quota_namespaces_reconcile`). Drift is re-applied with
+    backoff, and a failed apply — raising or lowering — stays visible here until the cluster matches."""
+
+    class Status(models.TextChoices):
+        IN_SYNC = "in_sync", "In sync"
+        APPLYING = "applying", "Applying"
+        DRIFT = "drift", "Differs from the granted quota (re-applying)"
+        FAILED = "failed", "Apply failed (retrying)"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.APPLYING)
+    desired = models.JSONField(default=dict, blank=True, help_text="Granted, unexpired units per quota key.")
+    observed = models.JSONField(default=dict, blank=True, help_text="The cluster's values of the keys we manage.")
+    last_error = models.TextField(blank=True)
+    failures = models.PositiveIntegerField(default=0, help_text="Consecutive failed applies (backoff).")
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    drift_since = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = QuotaNamespaceStateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "namespace"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "namespace"], name="portal_quotans_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace} quota ({self.status})"
+
+
 class QuotaDecision(models.Model):
     class Decision(models.TextChoices):
         APPROVE = "approve", "Approve"

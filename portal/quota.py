@@ -1,5 +1,11 @@
 """Quota requests: draft → submitted → approved/denied/withdrawn → applying → active → expired (or failed, retryable).
 
+Any request past its `ends_at` expires, whatever its state: its units leave the desired quota at once (the desired
+state never counts an ended period), and the namespace's quota is lowered in the cluster. Per namespace the portal
+keeps what the cluster carries against what is granted (`QuotaNamespaceState`): drift — a failed apply, an edit or
+deletion by someone else — is re-applied by the confirm beat with backoff and stays visible until the sync shows the
+granted values.
+
 Every transition is one durable transaction under a row lock, idempotent, with its audit event. Cluster I/O
 (server-side apply of the namespace's `portal-accelerators` ResourceQuota under our own field manager) happens in
 a Celery task after commit; a request becomes active only when the sync shows the applied values in the cluster.
@@ -14,7 +20,9 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -26,6 +34,7 @@ from portal.models import (
     DEFAULT_APPROVALS_ABOVE,
     DEFAULT_THRESHOLD,
     QuotaDecision,
+    QuotaNamespaceState,
     QuotaPolicy,
     QuotaRequest,
     TenantMembership,
@@ -39,8 +48,17 @@ logger = logging.getLogger(__name__)
 QUOTA_NAME = "portal-accelerators"
 FIELD_MANAGER = "accelerator-portal"
 GRANTED = (QuotaRequest.State.APPLYING, QuotaRequest.State.ACTIVE, QuotaRequest.State.FAILED)
+ENDED = (QuotaRequest.State.EXPIRED, QuotaRequest.State.DENIED, QuotaRequest.State.WITHDRAWN)
 MAX_UNITS = 10_000
+RETRY_AFTER = dt.timedelta(minutes=2)
+MAX_BACKOFF = dt.timedelta(hours=1)
 State = QuotaRequest.State
+NamespaceStatus = QuotaNamespaceState.Status
+
+
+def unexpired(now: dt.datetime) -> Q:
+    """Requests whose period has not ended (open-ended ones never end)."""
+    return Q(ends_at__isnull=True) | Q(ends_at__gt=now)
 
 
 class QuotaRequestError(PortalError):
@@ -70,12 +88,13 @@ def _extended_name(cluster_id: int, offering: Offering) -> str:
     return str((raw.get("spec") or {}).get("extendedResourceName") or "")
 
 
-def desired_hard(cluster_id: int, namespace: str) -> dict[str, str]:
-    """The portal's quota for a namespace: granted, unexpired units summed per key."""
+def desired_hard(cluster_id: int, namespace: str, *, now: dt.datetime | None = None) -> dict[str, str]:
+    """The portal's quota for a namespace: granted units of unexpired requests summed per key. A request past its
+    end counts for nothing, even before the beat marks it expired."""
     totals: dict[str, int] = defaultdict(int)
     keys: dict[int, list[str]] = {}  # per offering: one DeviceClass lookup, however many requests
-    for request in QuotaRequest.objects.filter(cluster_id=cluster_id, namespace=namespace, state__in=GRANTED
-                                               ).select_related("offering"):
+    for request in QuotaRequest.objects.filter(unexpired(now or timezone.now()), cluster_id=cluster_id,
+                                               namespace=namespace, state__in=GRANTED).select_related("offering"):
         if request.offering_id not in keys:
             keys[request.offering_id] = quota_keys(
                 request.offering, extended_resource_name=_extended_name(cluster_id, request.offering))
@@ -84,12 +103,38 @@ def desired_hard(cluster_id: int, namespace: str) -> dict[str, str]:
     return {key: str(value) for key, value in sorted(totals.items())}
 
 
-def approvals_required(offering: Offering, units: int) -> int:
+def managed_keys(cluster_id: int, namespace: str) -> set[str]:
+    """Every quota key the portal has granted in the namespace (live or ended): the keys it owns there."""
+    keys: set[str] = set()
+    offerings = Offering.objects.filter(pk__in=QuotaRequest.objects.filter(
+        cluster_id=cluster_id, namespace=namespace, state__in=(*GRANTED, State.EXPIRED)).values("offering_id"))
+    for offering in offerings:
+        keys.update(quota_keys(offering, extended_resource_name=_extended_name(cluster_id, offering)))
+    return keys
+
+
+def recent_increase(*, cluster_id: int, namespace: str, offering: Offering, now: dt.datetime | None = None,
+                    exclude_id: int | None = None) -> int:
+    """Units of the offering the namespace asked for within the threshold window that are pending or granted (not
+    denied, withdrawn or expired): what a new request adds to when the approval threshold is applied."""
+    since = (now or timezone.now()) - dt.timedelta(days=settings.PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS)
+    requests = QuotaRequest.objects.filter(
+        cluster_id=cluster_id, namespace=namespace, offering=offering, created_at__gte=since,
+        state__in=(State.DRAFT, State.SUBMITTED, State.APPROVED, *GRANTED))
+    if exclude_id is not None:
+        requests = requests.exclude(pk=exclude_id)
+    return int(requests.aggregate(total=Sum("units"))["total"] or 0)
+
+
+def approvals_required(offering: Offering, units: int, *, earlier_units: int = 0) -> int:
+    """Distinct approvals a request needs. The threshold applies to the namespace's total increase within the window
+    (`earlier_units` + this request), so splitting a big request into small ones never lowers the bar."""
     policy = QuotaPolicy.objects.filter(offering=offering).first()
     approvals = policy.approvals if policy else DEFAULT_APPROVALS
     threshold = policy.threshold_units if policy else DEFAULT_THRESHOLD
     above = policy.approvals_above if policy else DEFAULT_APPROVALS_ABOVE
-    return max(approvals, above) if threshold is not None and units > threshold else approvals
+    total = units + earlier_units
+    return max(approvals, above) if threshold is not None and total > threshold else approvals
 
 
 def _locked(request_id: int) -> QuotaRequest:
@@ -121,13 +166,18 @@ def quota_request_create(*, actor: Any, cluster_id: int, namespace: str, offerin
         raise QuotaRequestError("The end of the period must be in the future.")
     if not (justification or "").strip():
         raise QuotaRequestError("A justification is required.")
+    # Serialise requests of one namespace so that two at once cannot both stay under the threshold.
+    TenantNamespace.objects.select_for_update().filter(pk=owner.pk).first()
+    earlier = recent_increase(cluster_id=cluster_id, namespace=namespace, offering=offering)
     request = QuotaRequest.objects.create(
         tenant=owner.tenant, cluster_id=cluster_id, namespace=namespace, offering=offering, units=units,
         ends_at=ends_at, justification=justification.strip()[:4000], requested_by=actor,
-        state=State.SUBMITTED if submit else State.DRAFT, approvals_required=approvals_required(offering, units),
+        state=State.SUBMITTED if submit else State.DRAFT,
+        approvals_required=approvals_required(offering, units, earlier_units=earlier),
     )
     audit_record(actor=actor, verb="quota_request.created", target=request, after=_snapshot(request),
-                 reason=request.justification[:500])
+                 reason=request.justification[:500],
+                 data={"window_increase": earlier + units, "approvals_required": request.approvals_required})
     if request.state == State.SUBMITTED:
         _notify_submitted(request)
     return request
@@ -198,6 +248,9 @@ def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment:
         raise QuotaStateError("You have already decided this request.")
     if request.state != State.SUBMITTED:
         raise QuotaStateError(f"Cannot decide a request that is {request.get_state_display().lower()}.")
+    if request.ends_at is not None and request.ends_at <= timezone.now():
+        raise QuotaStateError(f"The period of request #{request.pk} ended on {request.ends_at:%Y-%m-%d %H:%M} UTC "
+                              "before a decision; it expires and grants nothing.")
     before = _snapshot(request)
     QuotaDecision.objects.create(request=request, approver=actor, decision="approve" if approve else "deny",
                                  comment=(comment or "")[:4000])
@@ -219,10 +272,7 @@ def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment:
 
 
 def _enqueue_apply(request: QuotaRequest) -> None:
-    from portal.tasks import quota_apply_task
-
-    cluster_id, namespace = request.cluster_id, request.namespace
-    transaction.on_commit(lambda: quota_apply_task.delay(cluster_id, namespace))
+    _enqueue_namespace(request.cluster_id, request.namespace)
 
 
 @transaction.atomic(durable=True)
@@ -318,10 +368,29 @@ def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome
         request.save()
         audit_record(actor=None, verb=f"quota_request.apply_{outcome}", target=request,
                      after={"hard": hard, "namespace": namespace, "message": message[:500]})
+    state, _ = QuotaNamespaceState.objects.select_for_update().get_or_create(cluster_id=cluster_id,
+                                                                              namespace=namespace)
+    before = state.status
+    state.attempted_at = now
+    state.desired = hard
+    if outcome == "applied":
+        state.status = NamespaceStatus.APPLYING  # until the sync shows it (the reconcile then says in sync)
+        state.failures = 0
+        state.last_error = ""
+    else:
+        state.status = NamespaceStatus.FAILED
+        state.failures += 1
+        state.last_error = (f"{'Field manager conflict' if outcome == 'conflict' else 'The cluster refused'}: "
+                            f"{message}")[:2000]
+    state.save()
+    if state.status != before:
+        audit_record(actor=None, verb=f"quota_namespace.{state.status}", target=state,
+                     before={"status": before}, after=_state_snapshot(state))
 
 
 def quota_apply_failed(*, cluster_id: int, namespace: str, error: str) -> None:
-    """Retries are exhausted: the requests become failed with the error, visible and retryable."""
+    """Retries are exhausted: the requests become failed with the error, visible and retryable; the namespace's
+    state says so and the reconcile tries again after a backoff."""
     _record_apply(cluster_id, namespace, desired_hard(cluster_id, namespace), "refused", error)
 
 
@@ -339,18 +408,22 @@ def _quota_shows(cluster_id: int, namespace: str, hard: dict[str, str]) -> bool:
 
 
 def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
-    """Beat: applying requests whose quota the sync now shows become active; expired ones are lowered in the
-    cluster; applies that never happened (worker killed) are re-enqueued. Idempotent."""
+    """Beat: requests past their end expire whatever their state (granted ones lower the quota); applying requests
+    whose quota the sync now shows become active; applies that never happened (worker killed) are re-enqueued;
+    then every managed namespace is compared with the cluster (`quota_namespaces_reconcile`). Idempotent."""
     now = now or timezone.now()
     counts = {"activated": 0, "expired": 0, "reenqueued": 0}
+    enqueue: set[tuple[int, str]] = set()
     with transaction.atomic():
-        for request in QuotaRequest.objects.select_for_update().filter(state=State.ACTIVE, ends_at__lte=now):
+        for request in QuotaRequest.objects.select_for_update().filter(ends_at__lte=now).exclude(state__in=ENDED):
             before = _snapshot(request)
+            granted = request.state in GRANTED
             request.state = State.EXPIRED
             request.save(update_fields=["state", "updated_at"])
             audit_record(actor=None, verb="quota_request.expired", target=request, before=before,
-                         after=_snapshot(request))
-            _enqueue_apply(request)
+                         after=_snapshot(request), data={"was_granted": granted})
+            if granted:
+                enqueue.add((request.cluster_id, request.namespace))
             counts["expired"] += 1
     applying = QuotaRequest.objects.filter(state=State.APPLYING).values_list("pk", "cluster_id", "namespace")
     for pk, cluster_id, namespace in applying:
@@ -358,7 +431,8 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
             request = QuotaRequest.objects.select_for_update().filter(pk=pk, state=State.APPLYING).first()
             if request is None:
                 continue
-            if request.applied_hard and _quota_shows(cluster_id, namespace, desired_hard(cluster_id, namespace)):
+            if request.applied_hard and _quota_shows(cluster_id, namespace, desired_hard(cluster_id, namespace,
+                                                                                         now=now)):
                 before = _snapshot(request)
                 request.state = State.ACTIVE
                 request.save(update_fields=["state", "updated_at"])
@@ -366,7 +440,83 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
                              after={**_snapshot(request), "hard": request.applied_hard})
                 _notify_requester(request, "is active in the cluster")
                 counts["activated"] += 1
-            elif request.apply_attempted_at is None or now - request.apply_attempted_at > dt.timedelta(minutes=2):
-                _enqueue_apply(request)
+            elif request.apply_attempted_at is None or now - request.apply_attempted_at > RETRY_AFTER:
+                enqueue.add((cluster_id, namespace))
                 counts["reenqueued"] += 1
+    drifted = quota_namespaces_reconcile(now=now, skip=enqueue)
+    with transaction.atomic():
+        for cluster_id, namespace in sorted(enqueue | drifted):
+            _enqueue_namespace(cluster_id, namespace)
+    counts["drift_reapplied"] = len(drifted)
     return counts
+
+
+def _enqueue_namespace(cluster_id: int, namespace: str) -> None:
+    from portal.tasks import quota_apply_task
+
+    transaction.on_commit(lambda: quota_apply_task.delay(cluster_id, namespace))
+
+
+def _observed(cluster_id: int, namespace: str, keys: set[str]) -> dict[str, str]:
+    """The cluster's values (as the sync shows them) of the keys the portal manages in its quota object."""
+    mirrored = ResourceQuota.objects.live().filter(cluster_id=cluster_id, namespace=namespace, name=QUOTA_NAME
+                                                   ).values_list("hard", flat=True).first() or {}
+    return {key: str(mirrored[key]) for key in sorted(keys) if key in mirrored}
+
+
+def _same(desired: dict[str, str], observed: dict[str, str]) -> bool:
+    from inventory.k8s.quantity import parse_quantity
+
+    if set(desired) != set(observed):
+        return False
+    try:
+        return all(parse_quantity(desired[k]) == parse_quantity(observed[k]) for k in desired)
+    except ValueError:
+        return False
+
+
+def _backoff(failures: int) -> dt.timedelta:
+    return min(RETRY_AFTER * 2 ** min(max(failures - 1, 0), 6), MAX_BACKOFF)
+
+
+def _state_snapshot(state: QuotaNamespaceState) -> dict[str, Any]:
+    return {"namespace": state.namespace, "status": state.status, "desired": state.desired,
+            "observed": state.observed, "error": state.last_error[:500]}
+
+
+def quota_namespaces_reconcile(*, now: dt.datetime | None = None,
+                               skip: set[tuple[int, str]] | None = None) -> set[tuple[int, str]]:
+    """Compare every namespace where the portal grants (or granted) quota with what the sync shows, record the
+    status, and return the namespaces whose drift is due for a re-apply (backoff after failures; `skip`: already
+    enqueued). Like the grants' reconcile, this is what lowers a quota whose lowering failed."""
+    now = now or timezone.now()
+    skip = skip or set()
+    due: set[tuple[int, str]] = set()
+    scopes = set(QuotaRequest.objects.filter(state__in=(*GRANTED, State.EXPIRED))
+                 .values_list("cluster_id", "namespace").distinct())
+    scopes |= set(QuotaNamespaceState.objects.values_list("cluster_id", "namespace"))
+    for cluster_id, namespace in sorted(scopes):
+        desired = desired_hard(cluster_id, namespace, now=now)
+        observed = _observed(cluster_id, namespace, managed_keys(cluster_id, namespace) | set(desired))
+        applying = QuotaRequest.objects.filter(cluster_id=cluster_id, namespace=namespace,
+                                               state=State.APPLYING).exists()
+        with transaction.atomic():
+            state, _ = QuotaNamespaceState.objects.select_for_update().get_or_create(
+                cluster_id=cluster_id, namespace=namespace, defaults={"status": NamespaceStatus.IN_SYNC})
+            before = state.status
+            state.desired, state.observed, state.checked_at = desired, observed, now
+            if _same(desired, observed):
+                state.status, state.drift_since, state.failures, state.last_error = (
+                    NamespaceStatus.IN_SYNC, None, 0, "")
+            else:
+                state.drift_since = state.drift_since or now
+                if state.status != NamespaceStatus.FAILED:
+                    state.status = NamespaceStatus.APPLYING if applying else NamespaceStatus.DRIFT
+                if (cluster_id, namespace) not in skip and (
+                        state.attempted_at is None or now - state.attempted_at > _backoff(state.failures)):
+                    due.add((cluster_id, namespace))
+            state.save()
+            if state.status != before:
+                audit_record(actor=None, verb=f"quota_namespace.{state.status}", target=state,
+                             before={"status": before}, after=_state_snapshot(state))
+    return due

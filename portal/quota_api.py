@@ -18,7 +18,7 @@ from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.k8s.quantity import parse_quantity
 from inventory.models import Cluster, Device, ResourceQuota
-from portal.models import QuotaDecision, QuotaRequest, TenantNamespace
+from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
 from portal.quota import (
     quota_keys,
     quota_request_create,
@@ -26,6 +26,7 @@ from portal.quota import (
     quota_request_reduce,
     quota_request_retry,
     quota_request_withdraw,
+    recent_increase,
 )
 
 
@@ -88,7 +89,10 @@ def request_context(request: QuotaRequest) -> dict[str, Any]:
     pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED,
                                 QuotaRequest.State.APPLYING, QuotaRequest.State.FAILED}
     granted_after = granted_now + (request.units if pending else 0)
+    window = recent_increase(cluster_id=request.cluster_id, namespace=request.namespace, offering=request.offering,
+                             exclude_id=request.pk) + request.units
     return {"quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
+            "namespace_recent_increase": window,
             "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
             "physical_capacity": physical,
             "oversubscription": round(granted_after / physical, 3) if physical else None}
@@ -222,3 +226,24 @@ class QuotaViewSet(PortalExceptionHandlerMixin, viewsets.GenericViewSet):
     @extend_schema(responses=QuotaSerializer(many=True))
     def list(self, request: Request) -> Response:
         return Response(QuotaSerializer(quota_rows(request.user), many=True).data)
+
+
+class QuotaNamespaceStateSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = QuotaNamespaceState
+        fields = ["cluster", "namespace", "status", "desired", "observed", "last_error", "failures", "attempted_at",
+                  "drift_since", "checked_at"]
+        read_only_fields = fields
+
+
+class QuotaNamespaceStateViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+    """Per namespace: the quota the portal granted against what the cluster carries (in sync, applying, drift,
+    failed), kept by the confirm beat."""
+
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    serializer_class = QuotaNamespaceStateSerializer
+
+    def get_queryset(self) -> QuerySet[QuotaNamespaceState]:
+        return QuotaNamespaceState.objects.visible_to(self.request.user).select_related("cluster").order_by("pk")

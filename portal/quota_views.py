@@ -17,7 +17,7 @@ from django.views.generic import ListView, TemplateView
 
 from catalog.models import Offering, OfferingCapacity
 from inventory.errors import PortalError
-from portal.models import Notification, QuotaRequest, TenantMembership, TenantNamespace
+from portal.models import Notification, QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
 from portal.quota import (
     quota_request_create,
     quota_request_decide,
@@ -55,6 +55,7 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         context["rows"] = quota_rows(user)
         context["form"] = kwargs.get("form") or QuotaRequestForm(user)
         context["requests"] = QuotaRequest.objects.visible_to(user).select_related("offering", "cluster")[:50]
+        context["cluster_states"] = QuotaNamespaceState.objects.visible_to(user).select_related("cluster")
         context["is_approver"] = user_has_role(user, Role.APPROVER) or user_has_role(user, Role.PLATFORM_ADMIN)
         return context
 
@@ -138,6 +139,8 @@ class ApprovalQueueView(ApproverRequiredMixin, ListView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["rows"] = [(r, request_context(r)) for r in context["pending"]]
+        context["cluster_states"] = QuotaNamespaceState.objects.exclude(
+            status=QuotaNamespaceState.Status.IN_SYNC).select_related("cluster")
         return context
 
 

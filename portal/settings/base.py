@@ -221,6 +221,9 @@ CELERY_BEAT_SCHEDULE = {
     "integrations-webhook-deliveries-prune": {"task": "integrations.webhook_deliveries_prune", "schedule": 86400.0},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
+# Quota approval thresholds apply to a namespace's total increase of an offering within this many days (pending and
+# granted requests), so ten small requests need the approvals one big request would (docs/quota.md).
+PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS = env.int("PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS", default=30)
 # How the catalog learns which namespaces a user may target without importing the portal (dependencies point
 # one way): a dotted path to `f(user, cluster) -> list[str]`.
 PORTAL_USER_NAMESPACES = "portal.tenancy.user_namespaces"

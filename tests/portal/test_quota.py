@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -14,7 +16,7 @@ from inventory.errors import ClusterUnreachableError
 from inventory.leases import lease_backend
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
-from portal.models import QuotaRequest
+from portal.models import QuotaNamespaceState, QuotaRequest
 from portal.quota import (
     FIELD_MANAGER,
     QUOTA_NAME,
@@ -23,6 +25,7 @@ from portal.quota import (
     desired_hard,
     quota_apply,
     quota_apply_failed,
+    quota_namespaces_reconcile,
     quota_request_create,
     quota_request_decide,
     quota_request_retry,
@@ -206,3 +209,133 @@ def test_who_may_request_and_decide(world, lead, approver, member) -> None:
     assert request.state == State.DENIED
     with pytest.raises(QuotaStateError):
         quota_request_withdraw(actor=lead, request_id=request.pk)
+
+
+def _past(request: QuotaRequest, minutes: int = 1) -> None:
+    QuotaRequest.objects.filter(pk=request.pk).update(ends_at=timezone.now() - dt.timedelta(minutes=minutes))
+
+
+def test_a_failed_request_past_its_end_is_not_reapplied_by_a_later_approval(world, lead, approver) -> None:
+    sim, cluster = world["sim"], world["cluster"]
+    failed = _request(world, lead, 6)
+    quota_request_decide(actor=approver, request_id=failed.pk, approve=True)
+    quota_apply_failed(cluster_id=cluster.pk, namespace="ml-research", error="ClusterUnreachableError: 503")
+    failed.refresh_from_db()
+    assert failed.state == State.FAILED
+    _past(failed)  # its period ends while it is failed; the beat has not run yet
+    later = _request(world, lead, 2)
+    quota_request_decide(actor=approver, request_id=later.pk, approve=True)
+    assert desired_hard(cluster.pk, "ml-research") == {"requests.nvidia.com/gpu": "2"}
+    assert quota_apply(cluster_id=cluster.pk, namespace="ml-research") == "applied"
+    assert _quota(sim)["spec"]["hard"] == {"requests.nvidia.com/gpu": "2"}
+    assert quota_requests_confirm()["expired"] == 1
+    failed.refresh_from_db()
+    assert failed.state == State.EXPIRED
+
+
+def test_every_request_past_its_end_expires_and_an_ended_period_cannot_be_approved(world, lead, approver) -> None:
+    cluster = world["cluster"]
+    submitted = _request(world, lead, 1)
+    draft = _request(world, lead, 1, submit=False)
+    applying = _request(world, lead, 1)
+    quota_request_decide(actor=approver, request_id=applying.pk, approve=True)
+    denied = _request(world, lead, 1)
+    quota_request_decide(actor=approver, request_id=denied.pk, approve=False, comment="no")
+    for request in (submitted, draft, applying, denied):
+        _past(request)
+    with pytest.raises(QuotaStateError, match="ended"):
+        quota_request_decide(actor=approver, request_id=submitted.pk, approve=True)
+    assert quota_requests_confirm()["expired"] == 3
+    states = dict(QuotaRequest.objects.values_list("pk", "state"))
+    assert [states[r.pk] for r in (submitted, draft, applying, denied)] == [State.EXPIRED] * 3 + [State.DENIED]
+    assert desired_hard(cluster.pk, "ml-research") == {}
+    expired = AuditEvent.objects.filter(verb="quota_request.expired", target_id=str(applying.pk)).get()
+    assert expired.data == {"was_granted": True}
+
+
+def test_a_failed_lowering_stays_visible_and_is_retried_until_the_cluster_matches(world, lead, approver) -> None:
+    sim, cluster = world["sim"], world["cluster"]
+    request = _request(world, lead, 8)
+    quota_request_decide(actor=approver, request_id=request.pk, approve=True)
+    quota_apply(cluster_id=cluster.pk, namespace="ml-research")
+    _sync(cluster)
+    quota_requests_confirm()
+    state = QuotaNamespaceState.objects.get(cluster=cluster, namespace="ml-research")
+    assert (state.status, state.desired, state.observed) == ("in_sync", {"requests.nvidia.com/gpu": "8"},
+                                                             {"requests.nvidia.com/gpu": "8"})
+
+    _past(request)
+    assert quota_requests_confirm()["expired"] == 1
+    # The lowering fails (retries exhausted): the cluster still grants 8, and the page says so.
+    quota_apply_failed(cluster_id=cluster.pk, namespace="ml-research", error="ClusterUnreachableError: 503")
+    _sync(cluster)
+    quota_requests_confirm()
+    state.refresh_from_db()
+    assert state.status == "failed"
+    assert "503" in state.last_error
+    assert (state.desired, state.observed) == ({}, {"requests.nvidia.com/gpu": "8"})
+    assert _quota(sim)["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
+    # Visible to the lead (page and API) and in the approvers' queue; not to another tenant.
+    page = Client()
+    page.force_login(lead)
+    body = page.get(reverse("portal:quota")).content.decode()
+    assert 'data-namespace="ml-research" data-status="failed"' in body
+    assert "503" in body
+    page.force_login(approver)
+    assert 'data-status="failed"' in page.get(reverse("portal:quota_queue")).content.decode()
+    api = APIClient()
+    api.force_authenticate(lead)
+    assert [(r["namespace"], r["status"]) for r in api.get("/api/v1/quota-states/").json()["results"]] == [
+        ("ml-research", "failed")]
+    outsider = make_user("outsider", Role.TENANT_LEAD)
+    give_namespaces(outsider, cluster, "vision-team", tenant_slug="vision", role="lead")
+    api.force_authenticate(outsider)
+    assert api.get("/api/v1/quota-states/").json()["results"] == []
+
+    # Within the backoff nothing is re-enqueued; after it, the reconcile re-applies the lower quota.
+    assert quota_namespaces_reconcile() == set()
+    QuotaNamespaceState.objects.filter(pk=state.pk).update(attempted_at=timezone.now() - dt.timedelta(minutes=5))
+    assert quota_namespaces_reconcile() == {(cluster.pk, "ml-research")}
+    assert quota_apply(cluster_id=cluster.pk, namespace="ml-research") == "applied"
+    assert _quota(sim)["spec"]["hard"] == {}
+    _sync(cluster)
+    quota_requests_confirm()
+    state.refresh_from_db()
+    assert (state.status, state.last_error, state.failures) == ("in_sync", "", 0)
+    statuses = list(AuditEvent.objects.filter(verb__startswith="quota_namespace.").values_list("verb", flat=True))
+    assert "quota_namespace.failed" in statuses
+    assert statuses[-1] == "quota_namespace.in_sync"
+
+
+def test_a_deleted_quota_object_is_drift_and_is_reapplied(world, lead, approver) -> None:
+    sim, cluster = world["sim"], world["cluster"]
+    request = _request(world, lead, 4)
+    quota_request_decide(actor=approver, request_id=request.pk, approve=True)
+    quota_apply(cluster_id=cluster.pk, namespace="ml-research")
+    _sync(cluster)
+    quota_requests_confirm()
+    sim.store.delete("resourcequotas", "ml-research", QUOTA_NAME)
+    _sync(cluster)
+    QuotaNamespaceState.objects.update(attempted_at=timezone.now() - dt.timedelta(minutes=5))
+    assert quota_requests_confirm()["drift_reapplied"] == 1
+    state = QuotaNamespaceState.objects.get(cluster=cluster, namespace="ml-research")
+    assert (state.status, state.observed) == ("drift", {})
+    quota_apply(cluster_id=cluster.pk, namespace="ml-research")
+    assert _quota(sim)["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+
+
+def test_the_approval_threshold_applies_to_the_namespaces_recent_increase(world, lead, approver) -> None:
+    # Default policy: 1 approval, 2 above 16 units. Splitting 160 units into ten requests of 16 must not dodge it.
+    first = _request(world, lead, 16)
+    split = [_request(world, lead, 16) for _ in range(9)]
+    assert first.approvals_required == 1
+    assert {r.approvals_required for r in split} == {2}
+    created = AuditEvent.objects.filter(verb="quota_request.created", target_id=str(split[-1].pk)).get()
+    assert created.data["window_increase"] == 160
+    # Denied and withdrawn requests, and requests older than the window, do not count.
+    for request in [first, *split]:
+        quota_request_decide(actor=approver, request_id=request.pk, approve=False, comment="no")
+    assert _request(world, lead, 16).approvals_required == 1
+    QuotaRequest.objects.update(created_at=timezone.now() - dt.timedelta(days=31))
+    QuotaRequest.objects.filter(state=State.SUBMITTED).update(state=State.ACTIVE)
+    assert _request(world, lead, 16).approvals_required == 1
