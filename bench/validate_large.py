@@ -60,12 +60,12 @@ def main() -> int:
         generate_ms = (time.perf_counter() - started) * 1000
         snapshot_forget()
         started = time.perf_counter()
-        report = manifest_validate(text=generated.yaml, cluster=cluster)
+        report = manifest_validate(text=generated.yaml, cluster=cluster, user=None)
         cold = (time.perf_counter() - started) * 1000
         warm = []
         for _ in range(args.runs):
             started = time.perf_counter()
-            report = manifest_validate(text=generated.yaml, cluster=cluster)
+            report = manifest_validate(text=generated.yaml, cluster=cluster, user=None)
             warm.append((time.perf_counter() - started) * 1000)
         feasibility = next((f.message for f in report.findings if f.layer == "feasibility"), "")
         results[label] = {

@@ -15,7 +15,6 @@ from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.models import Cluster, Pod
-from inventory.scoping import scope_namespaced
 
 
 def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
@@ -58,11 +57,13 @@ def generator_result(form: GeneratorForm, user: Any) -> dict[str, Any]:
         form.add_generator_errors(exc.errors)
         return {"form": form}
     cluster = form.cleaned_data.get("cluster")
-    report = manifest_validate(text=generated.yaml, cluster=cluster, dry_run=form.cleaned_data.get("dry_run", False))
+    report = manifest_validate(text=generated.yaml, cluster=cluster, user=user,
+                               dry_run=form.cleaned_data.get("dry_run", False))
     result = {"form": form, "generated": generated, "spec": spec, "filename": f"{spec.name}.yaml", "report": report}
     if cluster is not None:
         pod, claims, templates, _ = split_pod_manifest(generated.documents)
-        result.update(explanation_context(pod_explain(pod=pod, cluster=cluster, claims=[*claims, *templates])))
+        result.update(explanation_context(pod_explain(pod=pod, cluster=cluster, user=user,
+                                                      claims=[*claims, *templates])))
     return result
 
 
@@ -125,7 +126,7 @@ class ValidateView(LoginRequiredMixin, View):
         context: dict[str, Any] = {"form": form}
         if form.is_valid():
             context["report"] = manifest_validate(text=form.cleaned_data["manifest"],
-                                                  cluster=form.cleaned_data.get("cluster"),
+                                                  cluster=form.cleaned_data.get("cluster"), user=request.user,
                                                   dry_run=form.cleaned_data.get("dry_run", False))
         template = f"{self.template_name}#report" if request.htmx else self.template_name
         return render(request, template, context)
@@ -135,8 +136,8 @@ class PodExplainView(LoginRequiredMixin, View):
     """The explainer's answer for a mirrored Pending pod, to show beside the scheduler's own message."""
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        pod = get_object_or_404(scope_namespaced(Pod.objects.live(), request.user).select_related("cluster"), pk=pk)
+        pod = get_object_or_404(Pod.objects.live().visible_to(request.user).select_related("cluster"), pk=pk)
         # Listed items carry no apiVersion/kind; the status is the scheduler's, not an input.
         manifest = {"apiVersion": "v1", "kind": "Pod", **{k: v for k, v in pod.raw.items() if k != "status"}}
-        explanation = pod_explain(pod=manifest, cluster=pod.cluster)
+        explanation = pod_explain(pod=manifest, cluster=pod.cluster, user=request.user)
         return render(request, "catalog/_pod_explanation.html", {"pod": pod, **explanation_context(explanation)})

@@ -20,8 +20,14 @@ from django_filters.views import FilterView
 from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, Finding, Node, Path, Pod
 from inventory.overview import accelerator_overview
-from inventory.redaction import REDACTED, can_see_sensitive, redact_attributes, redact_tree, redact_value
-from inventory.scoping import scope_namespaced
+from inventory.redaction import (
+    REDACTED,
+    can_see_sensitive,
+    holder_rule,
+    redact_attributes,
+    redact_tree,
+    redact_value,
+)
 from inventory.views import HtmxPartialMixin
 
 # Columns the list pages render; the JSON detail columns stay in the database.
@@ -63,11 +69,14 @@ class NodeDevicesView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         node = get_object_or_404(Node.objects.only("pk", "cluster_id", "name"), pk=pk)
-        devices = (
+        devices = list(
             Device.objects.filter(cluster_id=node.cluster_id, node_name=node.name)
             .defer("attributes", "capacities", "consumes_counters", "taints")
             .order_by("path", "unit", "key")
         )
+        visible = holder_rule(request.user)
+        for device in devices:
+            device.holder_hidden = not visible(device.cluster_id, device.claim_namespace)
         return render(request, "inventory/_node_devices.html", {"node": node, "devices": devices})
 
 
@@ -100,18 +109,22 @@ class DeviceDetailView(LoginRequiredMixin, DetailView):
         ]
         context["consumes_counters"] = redact_tree(device.consumes_counters, user)
         context["parent"] = redact_value("parent", device.parent, user)
+        visible = holder_rule(user)
+        context["holder_hidden"] = not visible(device.cluster_id, device.claim_namespace)
         if device.path == Path.DEVICE_PLUGIN:
-            context["pods"] = device_plugin_pods(device, user)
+            pods = device_plugin_pods(device)
+            context["pods"] = [(pod, amount) for pod, amount in pods if visible(pod.cluster_id, pod.namespace)]
+            context["other_pods"] = len(pods) - len(context["pods"])
         return context
 
 
-def device_plugin_pods(device: Device, user: Any) -> list[tuple[Pod, int]]:
-    """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too);
-    only the pods of namespaces the user may see."""
+def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
+    """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too).
+    Of every tenant: the caller shows only those `holder_rule` allows and counts the others."""
     pods = (
-        scope_namespaced(Pod.objects.live(), user)
+        Pod.objects.live()
         .filter(cluster_id=device.cluster_id, node_name=device.node_name, accelerator=True)
-        .only("pk", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
+        .only("pk", "cluster_id", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
         .order_by("namespace", "name")[:NODE_PODS_SCANNED]
     )
     out = []
@@ -140,7 +153,7 @@ class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
 
     def get_queryset(self) -> QuerySet[Pod]:
         return (
-            scope_namespaced(Pod.objects.live(), self.request.user)
+            Pod.objects.live().visible_to(self.request.user)
             .filter(accelerator=True)
             .select_related("cluster")
             .defer("raw", "labels", "cluster__kubeconfig")

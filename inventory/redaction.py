@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -168,3 +169,39 @@ class NodeNameRedactionMiddleware:
             if names:
                 response.data = NodeNameRedactor(names)(response.data)
         return response
+
+
+# ------------------------------------------------------------------------------------- other tenants' holders
+
+HOLDER_FIELDS = ("claim_uid", "claim_namespace", "claim_name", "request_name", "share_id")
+
+
+def holder_rule(user: Any) -> Callable[[int, str], bool]:
+    """May `user` see who holds a device, or which pod runs on a node, in a namespace? Always in the namespaces of
+    the user's own tenants; elsewhere only for platform roles (with `inventory:sensitive` on a token). Everybody
+    else learns that a unit is in use, never by whom ("in use (another tenant)"). The rule is computed once (one
+    query) and applied to many rows."""
+    from inventory.scoping import scope_for  # scoping imports the models; this module is imported by them
+
+    if can_see_sensitive(user):
+        return lambda cluster_id, namespace: True
+    scope = scope_for(user)
+    if scope.everything:  # finance and other all-tenant readers: counts, not holders
+        return lambda cluster_id, namespace: not namespace
+    return lambda cluster_id, namespace: not namespace or scope.allows(cluster_id, namespace)
+
+
+def holder_visible(user: Any, cluster_id: int, namespace: str) -> bool:
+    """`holder_rule` for one row."""
+    return holder_rule(user)(cluster_id, namespace)
+
+
+def redact_holder(document: dict[str, Any]) -> dict[str, Any]:
+    """A device representation with its holder claim and the pods reserving it hidden (counts kept)."""
+    hidden = dict(document)
+    for name in HOLDER_FIELDS:
+        if hidden.get(name):
+            hidden[name] = REDACTED
+    hidden["reserved_for"] = [{key: (value if key == "resource" else REDACTED) for key, value in entry.items()}
+                              if isinstance(entry, dict) else REDACTED for entry in document.get("reserved_for") or []]
+    return hidden

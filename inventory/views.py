@@ -15,6 +15,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node, SyncIssue
+from inventory.redaction import holder_rule
 from inventory.selectors import cluster_sync_overview, node_pods, node_resources
 
 RECENT_ISSUES = 20
@@ -93,5 +94,9 @@ class NodeDetailView(LoginRequiredMixin, DetailView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["resources"] = node_resources(self.object, extended_only=False)
-        context["pods"] = node_pods(node=self.object).only("pk", "namespace", "name", "phase")[:NODE_PODS_SHOWN]
+        visible = holder_rule(self.request.user)
+        pods = list(node_pods(node=self.object).only("pk", "cluster_id", "namespace", "name", "phase")
+                    [:NODE_PODS_SHOWN])
+        context["pods"] = [pod for pod in pods if visible(pod.cluster_id, pod.namespace)]
+        context["other_pods"] = len(pods) - len(context["pods"])  # other tenants' pods: counted, never named
         return context

@@ -8,6 +8,10 @@ class PortalConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib import admin
 
+        from inventory.scoping import register_tenancy
         from portal.security import admin_has_permission
+        from portal.tenancy import namespace_scope, user_namespaces
 
         admin.site.has_permission = admin_has_permission  # the admin is for platform admins only
+        # Inventory and catalog scope namespaced rows and manifest targets through the tenancy (fails closed without).
+        register_tenancy(scope=namespace_scope, targets=user_namespaces)

@@ -13,6 +13,7 @@ from django.db import transaction
 from audit.services import audit_record
 from inventory.errors import PortalError
 from inventory.models import Cluster, Namespace
+from inventory.scoping import EVERYTHING, NOTHING, NamespaceScope
 from portal.models import NamespaceLabelRule, Tenant, TenantMembership, TenantNamespace
 
 _SLUG = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -150,17 +151,20 @@ def tenant_namespaces_sync(*, actor: Any = None) -> dict[str, int]:
 
 
 def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
-    """Namespaces of `cluster` the user may target: their tenants' (all tenants' for platform roles)."""
+    """Namespaces of `cluster` the user may target: their tenants' (all tenants' for platform roles). Registered as
+    the inventory's `targets_for` (portal/apps.py)."""
     return list(TenantNamespace.objects.visible_to(user).filter(cluster=cluster).order_by("namespace")
                 .values_list("namespace", flat=True))
 
 
-def namespace_scope(user: Any) -> list[tuple[int, str]] | None:
-    """For inventory scoping (settings.PORTAL_NAMESPACE_SCOPE): None when the user sees every namespace."""
+def namespace_scope(user: Any) -> NamespaceScope:
+    """What the user sees of namespaced inventory rows: every namespace for the roles that see every tenant,
+    otherwise exactly their tenants' namespaces. Registered as the inventory's `scope_for` (portal/apps.py)."""
     from portal.models import sees_all_tenants
 
-    if sees_all_tenants(user):
-        return None
     if not getattr(user, "is_authenticated", False):
-        return []
-    return list(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace"))
+        return NOTHING
+    if sees_all_tenants(user):
+        return EVERYTHING
+    return NamespaceScope(pairs=frozenset(TenantNamespace.objects.visible_to(user).values_list("cluster_id",
+                                                                                                 "namespace")))

@@ -22,6 +22,7 @@ from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
+from inventory.scoping import scope_for, targets_for
 
 MAX_MANIFEST = 1 << 20
 
@@ -84,7 +85,7 @@ class ManifestValidateView(PortalExceptionHandlerMixin, APIView):
         data = ValidateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         report = manifest_validate(text=data.validated_data["manifest"], cluster=data.validated_data.get("cluster"),
-                                   dry_run=data.validated_data["dry_run"])
+                                   user=request.user, dry_run=data.validated_data["dry_run"])
         return Response(report.as_json())
 
 
@@ -136,7 +137,7 @@ class ManifestGenerateView(PortalExceptionHandlerMixin, APIView):
             generated = generate(spec)
         except GeneratorError as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
-        report = manifest_validate(text=generated.yaml, cluster=cluster, dry_run=dry_run)
+        report = manifest_validate(text=generated.yaml, cluster=cluster, user=request.user, dry_run=dry_run)
         return Response({"yaml": generated.yaml, "documents": generated.documents, "notes": generated.notes,
                          "validation": report.as_json()})
 
@@ -170,7 +171,13 @@ class FeasibilityView(PortalExceptionHandlerMixin, APIView):
             pod, claims, templates, notes = split_pod_manifest(objects)
         except ManifestError as exc:
             return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
-        explanation = pod_explain(pod=pod, cluster=cluster, claims=[*claims, *templates])
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta["namespace"] else "default"
+        if not scope_for(request.user).everything and namespace not in targets_for(request.user, cluster):
+            return Response({"namespace": [f"{namespace!r} is not one of your namespaces in {cluster.name}: "
+                                           "feasibility is explained only for your own namespaces."]},
+                            status=status.HTTP_400_BAD_REQUEST)
+        explanation = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates])
         body = explanation.as_json()
         body["notes"] = [*notes, *body.get("notes", [])]
         return Response(body)

@@ -29,6 +29,7 @@ from typing import Any
 from catalog.cel import CelError, compile_selector, match_devices
 from catalog.feasibility.predicates import taint_text
 from catalog.feasibility.snapshot import ClusterSnapshot, DeviceRecord
+from catalog.feasibility.viewer import EVERYONE, OTHER_CLAIM, Viewer
 from catalog.kube import toleration_tolerates
 from inventory.choices import BLOCKING_TAINT_EFFECTS
 
@@ -462,11 +463,12 @@ def _untolerated(record: DeviceRecord, request: ExactRequest) -> Mapping[str, An
     return None
 
 
-def _unavailable(snapshot: ClusterSnapshot, record: DeviceRecord, request: ExactRequest) -> str:
+def _unavailable(snapshot: ClusterSnapshot, record: DeviceRecord, request: ExactRequest,
+                 viewer: Viewer = EVERYONE) -> str:
     """Why a matching device cannot be picked for this request on its own ("" if it can)."""
     holder = snapshot.allocated.get(record.id)
     if holder and not request.admin and not record.allow_multiple:
-        return f"allocated to claim {holder}"
+        return f"allocated to claim {holder}" if viewer.visible(holder) else f"allocated to {OTHER_CLAIM}"
     taint = _untolerated(record, request)
     if taint is not None:
         return f"device taint {taint_text(taint)} not tolerated"
@@ -519,7 +521,7 @@ def _constraint_precheck(snapshot: ClusterSnapshot, claim: ClaimSpec, claim_inde
 
 
 def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_name: str,
-                     budget: Budget | None = None) -> NodeAllocation:
+                     budget: Budget | None = None, viewer: Viewer = EVERYONE) -> NodeAllocation:
     """Try to allocate every unallocated claim of the pod on one node; explain the failure if it does not work."""
     pending = [claim for claim in claims if not claim.allocated]
     result = NodeAllocation(ok=True)
@@ -552,7 +554,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
                 free: list[int] = []
                 blocked: list[str] = []
                 for record in matching:
-                    why = _unavailable(snapshot, record, alternative)
+                    why = _unavailable(snapshot, record, alternative, viewer)
                     if why:
                         blocked.append(f"{record.name}: {why}")
                         holder = snapshot.allocated.get(record.id)
@@ -563,7 +565,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
                 error_lines = [
                     f"{record.name}: CEL runtime error: {message}"
                     for record, message in errors
-                    if not _unavailable(snapshot, record, alternative)
+                    if not _unavailable(snapshot, record, alternative, viewer)
                 ]
                 if position == 0:
                     result.free_by_request.setdefault(alternative.name, len(free))

@@ -57,6 +57,7 @@ from catalog.feasibility.reasons import (
 )
 from catalog.feasibility.resources import CPU, EPHEMERAL_STORAGE, MEMORY, format_amount, pod_requests
 from catalog.feasibility.snapshot import ClusterSnapshot, HostPort, NodeInfo, pod_host_ports
+from catalog.feasibility.viewer import EVERYONE, Viewer
 from catalog.kube import toleration_tolerates
 from inventory.choices import BLOCKING_TAINT_EFFECTS
 from inventory.podstatus import pod_request_problems
@@ -141,6 +142,7 @@ class _Pod:
     required_terms: list[Any] | None  # None: no required node affinity
     host_ports: set[HostPort]
     claims: list[ClaimSpec]
+    viewer: Viewer = EVERYONE
 
     @property
     def key(self) -> str:
@@ -320,7 +322,7 @@ def _static(ctx: _Pod, node: NodeInfo, allowed: set[str] | None) -> _Result | No
 
 def _dynamic(snapshot: ClusterSnapshot, ctx: _Pod, node: NodeInfo, budget: Budget) -> _Result | None:
     """DynamicResources Filter: allocate pending claims first, then check where allocated claims are available."""
-    allocation = allocate_on_node(snapshot, ctx.claims, node.name, budget)
+    allocation = allocate_on_node(snapshot, ctx.claims, node.name, budget, ctx.viewer)
     if not allocation.ok:
         return _Result("DynamicResources", [REASON_DRA], allocation.details, allocation)
     unavailable = [
@@ -382,8 +384,10 @@ def explain_pod(
     *,
     extra_claims: Sequence[dict] = (),
     extra_claim_templates: Sequence[dict] = (),
+    viewer: Viewer = EVERYONE,
 ) -> Explanation:
-    """Will `pod` schedule on the snapshot's nodes, and if not, why. Never raises for malformed manifests."""
+    """Will `pod` schedule on the snapshot's nodes, and if not, why. Never raises for malformed manifests. Other
+    tenants' pods and claims are named only where `viewer` may see them (catalog/feasibility/viewer.py)."""
     notes: list[str] = []
     total = len(snapshot.node_names)
     if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
@@ -391,6 +395,7 @@ def explain_pod(
     if pod.get("kind") not in (None, "Pod"):
         notes.append(f"kind {str(pod.get('kind'))[:40]!r} treated as a Pod")
     ctx = _pod_context(pod, notes)
+    ctx.viewer = viewer
     _unsupported_notes(pod, notes)
     if not total:
         return Explanation(False, NO_NODES, [], [], [], notes, 0, "")

@@ -209,7 +209,7 @@ def _holders_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _R
         return []
     verb = "finishes" if len(chosen) == 1 else "finish"
     text = (f"{node.name} frees {format_amount(resource, freed)} {resource} when "
-            f"{_names([_pod_label(p) for p in chosen], 4)} {verb}")
+            f"{_names([ctx.viewer.pod(p.key, _pod_label(p)) for p in chosen], 4)} {verb}")
     other = [r for r in results[node.name].reasons if r != f"Insufficient {resource}"]  # type: ignore[union-attr]
     if other:
         text += f" (it is also short on: {', '.join(r.removeprefix('Insufficient ') for r in other)})"
@@ -232,8 +232,9 @@ def _dra_hints(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Resu
     if holders:
         parts = []
         for claim, count in sorted(holders.items(), key=lambda item: (-item[1], item[0]))[:3]:
-            pods = snapshot.claim_pods.get(claim, [])
-            parts.append(f"{count} by claim {claim}" + (f" (pod {_names(pods, 2)})" if pods else " (no pod uses it)"))
+            pods = [ctx.viewer.pod(key) for key in snapshot.claim_pods.get(claim, [])]
+            held_by = f"claim {claim}" if ctx.viewer.visible(claim) else ctx.viewer.claim(claim)
+            parts.append(f"{count} by {held_by}" + (f" (pod {_names(pods, 2)})" if pods else " (no pod uses it)"))
         hints.append(f"on {best}, matching devices are held: {'; '.join(parts)}")
     return hints
 

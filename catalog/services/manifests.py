@@ -22,9 +22,12 @@ from typing import Any
 from django.conf import settings
 
 from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snapshot_for_cluster
+from catalog.feasibility.viewer import EVERYONE, Viewer
 from catalog.validation import Finding, ValidationContext, ValidationReport, context_for_cluster, validate_manifest
 from inventory.errors import ClusterError
 from inventory.models import Cluster
+from inventory.redaction import holder_rule
+from inventory.scoping import scope_for, targets_for
 from inventory.services.clients import client_for
 
 logger = logging.getLogger(__name__)
@@ -113,20 +116,30 @@ def explanation_findings(explanation: Explanation) -> list[Finding]:
     return findings[:MAX_FINDINGS_PER_POD]
 
 
-def snapshot_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot]) -> FeasibilityCheck:
+def snapshot_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
+                         viewer: Viewer = EVERYONE) -> FeasibilityCheck:
     """The validator's feasibility layer over a snapshot (or a function returning the current one)."""
     def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
         current = snapshot() if callable(snapshot) else snapshot
         extra_claims = [c for c in claims if c.get("kind") == "ResourceClaim"]
         templates = [c for c in claims if c.get("kind") == "ResourceClaimTemplate"]
-        explanation = explain_pod(pod, current, extra_claims=extra_claims, extra_claim_templates=templates)
+        explanation = explain_pod(pod, current, extra_claims=extra_claims, extra_claim_templates=templates,
+                                  viewer=viewer)
         return explanation_findings(explanation)
 
     return run
 
 
-def _feasibility(cluster: Cluster) -> FeasibilityCheck:
-    return snapshot_feasibility(lambda: cluster_snapshot(cluster))
+def viewer_for(user: Any, cluster: Cluster) -> Viewer:
+    """Names of other tenants' pods and claims in explanations follow the inventory's holder rule."""
+    if user is None:
+        return EVERYONE
+    rule = holder_rule(user)
+    return Viewer(shows=lambda namespace: rule(cluster.pk, namespace))
+
+
+def _feasibility(cluster: Cluster, viewer: Viewer = EVERYONE) -> FeasibilityCheck:
+    return snapshot_feasibility(lambda: cluster_snapshot(cluster), viewer)
 
 
 def _dry_run(cluster: Cluster) -> Any:
@@ -168,23 +181,33 @@ def _dry_run(cluster: Cluster) -> Any:
     return run
 
 
-def validation_context(cluster: Cluster | None, *, dry_run: bool = False) -> ValidationContext:
+def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: Any = None) -> ValidationContext:
+    """The validator's context. With a user (pages and API), documents outside the user's namespaces are an error
+    and their quota and feasibility are not computed (platform roles may validate anywhere), and the dry run only
+    runs in tenant namespaces the user may target. Without a user (the command line) nothing is restricted."""
     if cluster is None:
         return ValidationContext()
     context = cluster_context(cluster)
-    context.feasibility = _feasibility(cluster)
+    context.feasibility = _feasibility(cluster, viewer_for(user, cluster))
+    if user is not None:
+        targets = frozenset(targets_for(user, cluster))
+        context.allowed_namespaces = None if scope_for(user).everything else targets
+        context.dry_run_namespaces = targets
     if dry_run:
         context.dry_run = _dry_run(cluster)
     return context
 
 
-def manifest_validate(*, text: str, cluster: Cluster | None, dry_run: bool = False) -> ValidationReport:
-    """Validate a manifest against a cluster (or only the cluster-independent layers). Writes nothing."""
-    return validate_manifest(text, validation_context(cluster, dry_run=dry_run))
+def manifest_validate(*, text: str, cluster: Cluster | None, user: Any, dry_run: bool = False) -> ValidationReport:
+    """Validate a manifest for `user` against a cluster (or only the cluster-independent layers). Writes nothing."""
+    return validate_manifest(text, validation_context(cluster, dry_run=dry_run, user=user))
 
 
-def pod_explain(*, pod: dict[str, Any], cluster: Cluster, claims: list[dict[str, Any]] | None = None) -> Explanation:
+def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: Any,
+                claims: list[dict[str, Any]] | None = None) -> Explanation:
+    """Explain a pod for `user`: other tenants' pods and claims are not named (viewer_for)."""
     claims = claims or []
     return explain_pod(pod, cluster_snapshot(cluster),
                        extra_claims=[c for c in claims if c.get("kind") == "ResourceClaim"],
-                       extra_claim_templates=[c for c in claims if c.get("kind") == "ResourceClaimTemplate"])
+                       extra_claim_templates=[c for c in claims if c.get("kind") == "ResourceClaimTemplate"],
+                       viewer=viewer_for(user, cluster))

@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count
-from django.utils.module_loading import import_string
 
 from catalog.models import Offering
 from inventory.models import Cluster, DeviceClass, Namespace
 from inventory.models import Device as InventoryDevice
+from inventory.scoping import targets_for
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_DRIVER = "gpu.nvidia.com"
@@ -26,11 +25,10 @@ class GeneratorFacts:
     driver: str
 
 
-def user_namespaces(user: Any, cluster: Cluster) -> list[str] | None:
-    """The namespaces of `cluster` the user may target, from the tenancy layer (settings.PORTAL_USER_NAMESPACES);
-    None when no tenancy is configured."""
-    path = getattr(settings, "PORTAL_USER_NAMESPACES", "")
-    return list(import_string(path)(user, cluster)) if path and user is not None else None
+def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
+    """The namespaces of `cluster` the user may target (the tenancy's answer, inventory.scoping.targets_for; none
+    without a user or a registered tenancy: fail closed)."""
+    return targets_for(user, cluster)
 
 
 def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user: Any = None) -> GeneratorFacts:
@@ -39,8 +37,8 @@ def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user:
     if cluster is not None:
         live = [n for n in Namespace.objects.live().filter(cluster=cluster).order_by("name")
                 .values_list("name", flat=True) if n not in SYSTEM_NAMESPACES]
-        allowed = user_namespaces(user, cluster)
-        namespaces = tuple(live if allowed is None else [n for n in live if n in set(allowed)])
+        allowed = set(user_namespaces(user, cluster))
+        namespaces = tuple(n for n in live if n in allowed)
         if offering is not None and offering.is_dra:
             raw = (DeviceClass.objects.live().filter(cluster=cluster, name=offering.device_class_name)
                    .values_list("raw", flat=True).first()) or {}

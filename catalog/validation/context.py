@@ -38,6 +38,12 @@ class ValidationContext:
     # taint key → labels that every node with the taint carries and some other node does not (the pool's labels)
     node_taint_labels: dict[str, dict[str, str]] | None = None
     default_namespace: str = "default"  # for documents without metadata.namespace (kubectl's context namespace)
+    # The reader's namespaces (None: no restriction — platform roles, the command line). Documents elsewhere are an
+    # error, and their quota, feasibility and dry run are not computed: nothing of another tenant's namespace leaks.
+    allowed_namespaces: frozenset[str] | None = None
+    # Where the dry run may POST as the portal's identity (None: anywhere — the command line). The portal passes the
+    # tenant namespaces the reader may target, so no dry run ever runs in kube-system or an unassigned namespace.
+    dry_run_namespaces: frozenset[str] | None = None
 
     def extended_resource_names(self) -> set[str]:
         """Every extended resource a pod can ask for: node capacity plus DRA classes' (implicit) names."""

@@ -8,7 +8,16 @@ from typing import Any
 
 from catalog.validation.context import ValidationContext
 from catalog.validation.findings import LAYERS, SEVERITIES, Finding, ValidationReport, document_path, plain, show
-from catalog.validation.objects import CLAIM, CLAIM_TEMPLATE, PodHolder, as_dict, metadata, pod_holder, type_of
+from catalog.validation.objects import (
+    CLAIM,
+    CLAIM_TEMPLATE,
+    PodHolder,
+    as_dict,
+    metadata,
+    namespace_of,
+    pod_holder,
+    type_of,
+)
 from catalog.validation.parse import parse_manifest
 from catalog.validation.policy import check_policy
 from catalog.validation.quota import check_quota
@@ -63,6 +72,11 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
             findings.append(Finding("semantics", "info", document_path(index) + ".metadata",
                                     f"no namespace: it goes to the namespace of your kubectl context; checked as "
                                     f"{show(context.default_namespace)}", "", "namespace-defaulted"))
+    if context.allowed_namespaces is not None:  # another tenant's namespace: no quota or feasibility disclosed
+        allowed = context.allowed_namespaces
+        holders = [holder for holder in holders if holder.namespace in allowed]
+        claim_documents = [(index, document) for index, document in claim_documents
+                           if namespace_of(document, context.default_namespace) in allowed]
     findings += check_quota(holders, claim_documents, context, manifest)
     if context.feasibility is not None:
         claims = [copy.deepcopy(document) for _index, document in claim_documents]
@@ -72,7 +86,13 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
                 lambda holder=holder: context.feasibility(_as_pod(holder), copy.deepcopy(claims)),  # type: ignore[misc]
             )
     if context.dry_run is not None:
-        if len(valid) == len(documents):
+        outside = sorted({namespace_of(d, context.default_namespace) for _i, d in valid} - context.dry_run_namespaces
+                         ) if context.dry_run_namespaces is not None else []
+        if outside:
+            findings.append(Finding("dry-run", "info", "", f"the server dry-run was skipped: it runs only in tenant "
+                                    f"namespaces you may target, not in {', '.join(show(n) for n in outside[:5])}",
+                                    "", "layers-skipped"))
+        elif len(valid) == len(documents):
             findings += _call("dry-run", None, False,
                               lambda: context.dry_run([copy.deepcopy(d) for d in documents]))  # type: ignore[misc]
         else:

@@ -159,12 +159,16 @@ def _check_metadata(index: int, document: dict[str, Any], context: ValidationCon
         if problem:
             findings.append(_error(join(base, "namespace"), f"namespace {show(namespace)} {problem}",
                                    "invalid-namespace"))
+        elif context.allowed_namespaces is not None and namespace not in context.allowed_namespaces:
+            findings.append(_not_yours(base, namespace, context.allowed_namespaces))
         elif context.namespaces is not None and namespace not in context.namespaces:
             close = _similar(namespace, context.namespaces)
             fix = f"did you mean {_listing(close)}?" if close else "ask the platform team for a namespace"
             findings.append(_error(join(base, "namespace"),
                                    f"namespace {show(namespace)} does not exist in the cluster", "unknown-namespace",
                                    fix))
+    elif context.allowed_namespaces is not None and context.default_namespace not in context.allowed_namespaces:
+        findings.append(_not_yours(base, context.default_namespace, context.allowed_namespaces))
     elif context.namespaces is not None and context.default_namespace not in context.namespaces:
         findings.append(_error(join(base, "namespace"),
                                f"no namespace given and the default namespace {show(context.default_namespace)} "
@@ -177,6 +181,14 @@ def _check_metadata(index: int, document: dict[str, Any], context: ValidationCon
         template_meta = as_dict(as_dict(document.get("spec")).get("metadata"))
         findings += _check_labels(join(f"documents[{index}]", "spec", "metadata"), template_meta)
     return findings
+
+
+def _not_yours(base: str, namespace: str, allowed: frozenset[str]) -> Finding:
+    """A namespace outside the reader's tenants: whether it exists, and its quota, are not disclosed."""
+    fix = f"use one of your namespaces: {_listing(sorted(allowed))}" if allowed else (
+        "ask your team lead or a platform admin to map a namespace to your team")
+    return _error(join(base, "namespace"), f"namespace {show(namespace)} is not one of your namespaces: its quota, "
+                  "feasibility and a dry run are not checked", "namespace-not-yours", fix)
 
 
 def _check_labels(base: str, meta: dict[str, Any]) -> list[Finding]:

@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from inventory.api.serializers import ClusterRefSerializer
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
-from inventory.redaction import redact_attributes, redact_tree, redact_value
+from inventory.redaction import holder_visible, redact_attributes, redact_holder, redact_tree, redact_value
 from inventory.representations import DEVICE_DOCUMENT_FIELDS
 
 
@@ -57,6 +57,12 @@ class DeviceSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.STR)
     def get_parent(self, obj: Device) -> str:
         return redact_value("parent", obj.parent, _user(self))
+
+    def to_representation(self, instance: Device) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if not holder_visible(_user(self), instance.cluster_id, instance.claim_namespace):
+            data = redact_holder(data)  # another tenant's claim: in use, never by whom
+        return data
 
 
 class AcceleratorPodSerializer(serializers.ModelSerializer):

@@ -7,7 +7,7 @@ and the CMDB change feed keep their history.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from django.db import models
 from django.db.models import Q
@@ -120,6 +120,19 @@ class KubeObjectQuerySet(models.QuerySet):
     def live(self) -> Self:
         return self.filter(deleted_at__isnull=True)
 
+    def visible_to(self, user: Any) -> Self:
+        """The one entry point for what a user may see: namespaced kinds only in the namespaces of the user's tenants
+        (every namespace for platform roles), cluster-scoped kinds to any signed-in user; nothing when anonymous or
+        when no tenancy is registered (inventory.scoping fails closed)."""
+        from inventory.scoping import scope_for
+
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        scope_field = self.model.SCOPE_FIELD
+        if scope_field is None:
+            return self
+        return self.filter(scope_for(user).q(namespace_field=scope_field))
+
     def tombstones(self) -> Self:
         return self.filter(deleted_at__isnull=False)
 
@@ -142,6 +155,8 @@ class KubeObject(models.Model):
     issues = models.JSONField(default=list, blank=True, help_text="Problems found in the object (bad quantities…).")
 
     objects = KubeObjectQuerySet.as_manager()
+    # Which column holds the namespace that tenant scoping filters on (None: a cluster-scoped kind).
+    SCOPE_FIELD: str | None = "namespace"
 
     class Meta:
         abstract = True
@@ -169,6 +184,8 @@ def _kube_indexes(model: str) -> list[models.Index]:
 class Namespace(KubeObject):
     """A mirrored core/v1 Namespace."""
 
+    SCOPE_FIELD = "name"  # a namespace is visible to the tenants it belongs to
+
     phase = models.CharField(max_length=20, blank=True)
 
     class Meta(KubeObject.Meta):
@@ -178,6 +195,8 @@ class Namespace(KubeObject):
 
 class Node(KubeObject):
     """A mirrored core/v1 Node; capacity/allocatable keep the reported quantity strings."""
+
+    SCOPE_FIELD = None
 
     ready = models.BooleanField(null=True)
     unschedulable = models.BooleanField(default=False)
@@ -258,6 +277,8 @@ class Event(KubeObject):
 class ResourceSlice(KubeObject):
     """A mirrored resource.k8s.io/v1 ResourceSlice (devices or shared counters of one driver pool)."""
 
+    SCOPE_FIELD = None
+
     driver = models.CharField(max_length=253, blank=True)
     pool_name = models.CharField(max_length=253, blank=True)
     pool_generation = models.BigIntegerField(null=True, blank=True)
@@ -273,6 +294,8 @@ class ResourceSlice(KubeObject):
 
 class DeviceClass(KubeObject):
     """A mirrored resource.k8s.io/v1 DeviceClass."""
+
+    SCOPE_FIELD = None
 
     extended_resource_name = models.CharField(max_length=253, blank=True)
 
@@ -312,6 +335,8 @@ class ConfigMap(KubeObject):
 class AdmissionPolicy(KubeObject):
     """A mirrored admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy."""
 
+    SCOPE_FIELD = None
+
     class Meta(KubeObject.Meta):
         ordering = ["name"]
         constraints = _kube_constraints("admissionpolicy")
@@ -320,6 +345,8 @@ class AdmissionPolicy(KubeObject):
 
 class AdmissionPolicyBinding(KubeObject):
     """A mirrored admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding."""
+
+    SCOPE_FIELD = None
 
     class Meta(KubeObject.Meta):
         ordering = ["name"]

@@ -224,11 +224,6 @@ PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", d
 # Quota approval thresholds apply to a namespace's total increase of an offering within this many days (pending and
 # granted requests), so ten small requests need the approvals one big request would (docs/quota.md).
 PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS = env.int("PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS", default=30)
-# How the catalog learns which namespaces a user may target without importing the portal (dependencies point
-# one way): a dotted path to `f(user, cluster) -> list[str]`.
-PORTAL_USER_NAMESPACES = "portal.tenancy.user_namespaces"
-# Likewise for inventory: `f(user) -> [(cluster_id, namespace)] | None` scopes pods and claims to the user's tenants.
-PORTAL_NAMESPACE_SCOPE = "portal.tenancy.namespace_scope"
 # The feasibility explainer reuses a cluster's scheduling snapshot (nodes, bound pods, DRA objects) this long.
 PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SECONDS", default=15.0)
 

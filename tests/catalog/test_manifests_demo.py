@@ -53,6 +53,7 @@ def test_generated_mig_job_validates_and_an_oversized_one_is_explained(live_demo
 
 def test_validate_api_reports_each_layer_and_the_dry_run_refusal(live_demo, member) -> None:
     _, cluster = live_demo
+    give_namespaces(member, cluster, "ml-research")
     manifest = yaml.safe_dump_all([
         {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
          "metadata": {"name": "probe", "namespace": "ml-research"},
@@ -76,6 +77,7 @@ def test_validate_api_reports_each_layer_and_the_dry_run_refusal(live_demo, memb
 def test_feasibility_api_matches_the_schedulers_message_for_a_pending_pod(live_demo, member) -> None:
     _, cluster = live_demo
     pod = Pod.objects.filter(cluster=cluster, name__startswith="llm-eval-xl").first()
+    give_namespaces(member, cluster, pod.namespace)
     manifest = {k: v for k, v in pod.raw.items() if k != "status"}
     response = _api(member).post("/api/v1/feasibility/", {"cluster": cluster.name, "pod": manifest}, format="json")
     assert response.status_code == 200, response.content
@@ -106,6 +108,7 @@ def test_pending_pod_page_shows_the_explainer(live_demo, client, member) -> None
 
 def test_validate_page(live_demo, client, member) -> None:
     _, cluster = live_demo
+    give_namespaces(member, cluster, "batch-jobs")
     client.force_login(member)
     manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "batch-jobs"},
                                "spec": {"containers": [{"name": "main", "image": "busybox:1.36",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from inventory.errors import LeaseLostError
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend
 from inventory.models import Cluster
+from inventory.scoping import EVERYTHING, NamespaceScope, tenancy_override
 from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
 from inventory.services.sync import kind_sync_window, sync_state_for
@@ -24,10 +26,26 @@ from kubesim import Simulator
 
 
 @pytest.fixture(autouse=True)
-def _no_tenancy_scope(settings) -> None:
-    """Inventory is tested on its own: no tenancy hook, every user sees every namespace (the portal's scoping of
-    pods and claims is tested in tests/portal/test_scoping.py)."""
-    settings.PORTAL_NAMESPACE_SCOPE = ""
+def _no_tenancy_scope() -> Iterator[None]:
+    """Inventory is tested on its own: a tenancy under which every signed-in user sees every namespace (the portal's
+    scoping of pods and claims is tested in tests/portal/test_scoping.py and the permission matrix)."""
+    with tenancy_override(scope=lambda user: EVERYTHING, targets=lambda user, cluster: []):
+        yield
+
+
+@pytest.fixture
+def member_owns() -> Iterator[Callable[..., None]]:
+    """Make signed-in users members of these namespaces of a cluster (their pods and claims are then named to them;
+    elsewhere they are counted: inventory.redaction.holder_rule)."""
+    stack = contextlib.ExitStack()
+
+    def own(cluster: Cluster, *namespaces: str) -> None:
+        pairs = frozenset((cluster.pk, namespace) for namespace in namespaces)
+        stack.enter_context(tenancy_override(scope=lambda user: NamespaceScope(pairs=pairs),
+                                             targets=lambda user, c: list(namespaces)))
+
+    yield own
+    stack.close()
 
 
 @pytest.fixture

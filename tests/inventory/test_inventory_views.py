@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from inventory.models import Device, Finding, Health, Mode, Path
+from inventory.scoping import NamespaceScope, tenancy_override
 from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
 from tests.inventory.inventory_factories import (
     GPU_UUID,
@@ -134,9 +135,14 @@ def test_node_panel_shows_usage_and_holder_claim(client: Client, member: User) -
     PluginDeviceFactory(cluster=cluster, node_name="other-node")
     PluginDeviceFactory(node_name="n1")  # same node name, other cluster
     client.force_login(member)
-    response = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk}))
+    own = NamespaceScope(pairs=frozenset({(cluster.pk, "team-a")}))  # the member's tenant owns team-a
+    with tenancy_override(scope=lambda user: own, targets=lambda user, c: ["team-a"]):
+        response = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk}))
     assert len(response.context["devices"]) == 1
     assert "team-a/train-claim" in response.content.decode()
+    elsewhere = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk})).content.decode()
+    assert "train-claim" not in elsewhere  # every namespace visible, but holders are named to their tenant only
+    assert "in use (another tenant)" in elsewhere
 
 
 # Overview ------------------------------------------------------------------------------------------------------------
@@ -319,8 +325,9 @@ def test_dra_device_detail_shows_attributes_holder_and_pool(client: Client, plat
         assert text in html, text
 
 
-def test_plugin_device_detail_lists_pods_requesting_the_resource(client: Client, member: User) -> None:
+def test_plugin_device_detail_lists_pods_requesting_the_resource(client: Client, member: User, member_owns) -> None:
     cluster = ClusterFactory()
+    member_owns(cluster, "team-ml")
     device = TimeSlicedDeviceFactory(cluster=cluster, node_name="t4-1")
     AcceleratorPodFactory(
         cluster=cluster, node_name="t4-1", name="uses-it", stage="running", extended_requests={"nvidia.com/gpu": 2}
@@ -538,7 +545,7 @@ def test_node_panel_and_device_detail_query_count_is_constant(
     assert len(panel.context["devices"]) == rows + 1
     with django_assert_max_num_queries(6):
         detail = client.get(device.get_absolute_url())
-    assert len(detail.context["pods"]) == rows
+    assert len(detail.context["pods"]) + detail.context["other_pods"] == rows
 
 
 def test_device_paths_are_both_listed(client: Client, member: User, world) -> None:

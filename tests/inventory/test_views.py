@@ -207,8 +207,9 @@ def test_node_list_query_count_does_not_grow_with_rows(
 # Node detail ------------------------------------------------------------------------------------------------------
 
 
-def test_node_detail_shows_capacity_pods_conditions_and_issues(client: Client, member: User) -> None:
+def test_node_detail_shows_capacity_pods_conditions_and_issues(client: Client, member: User, member_owns) -> None:
     node = NodeFactory(name="gpu-x", allocatable={"cpu": "190", "nvidia.com/gpu": "7"}, issues=["capacity.foo: bad"])
+    member_owns(node.cluster, "team-a")
     PodFactory(cluster=node.cluster, node_name="gpu-x", namespace="team-a", name="train-1")
     PodFactory(cluster=node.cluster, node_name="gpu-x", name="gone", deleted_at=timezone.now())
     PodFactory(cluster=node.cluster, node_name="elsewhere", name="not-here")
