@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
@@ -12,19 +13,26 @@ from django.http import HttpRequest
 from inventory import models
 from inventory.errors import ClusterConfigError
 from inventory.services.changes import change_feed_lock
-from inventory.services.clients import parse_kubeconfig
+from inventory.services.clients import cluster_connection_validate, parse_kubeconfig
 from inventory.services.clusters import cluster_change_record
 
 KUBECONFIG_SET = "••• (set)"
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """Never renders a value: not the stored kubeconfig, nor a submitted one sent back with a validation error."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
 class ClusterAdminForm(forms.ModelForm):
-    """The kubeconfig is never sent back to the browser: the field starts empty and an empty submission keeps it."""
+    """The kubeconfig is never sent back to the browser: the field is always empty and an empty submission keeps it."""
 
     kubeconfig = forms.CharField(
         required=False,
         strip=False,
-        widget=forms.Textarea(attrs={"rows": 8, "autocomplete": "off", "spellcheck": "false"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 8, "autocomplete": "off", "spellcheck": "false"}),
         help_text="Paste kubeconfig YAML to replace the stored one. Leave empty to keep it. Never displayed.",
     )
     clear_kubeconfig = forms.BooleanField(required=False, label="Remove the stored kubeconfig")
@@ -48,30 +56,63 @@ class ClusterAdminForm(forms.ModelForm):
         if self.instance.pk and self.instance.kubeconfig:
             self.fields["kubeconfig"].widget.attrs["placeholder"] = KUBECONFIG_SET
             self.fields["kubeconfig"].help_text = f"{KUBECONFIG_SET}. " + str(self.fields["kubeconfig"].help_text)
-
-    def clean_kubeconfig(self) -> str:
-        text: str = self.cleaned_data.get("kubeconfig") or ""
-        if text.strip():
-            try:
-                parse_kubeconfig(text)
-            except ClusterConfigError as exc:
-                raise forms.ValidationError(str(exc)) from None
-            return text
-        return ""
+        self.fields["kubeconfig"].help_text = str(self.fields["kubeconfig"].help_text) + (
+            " Inline credentials only (token, client-certificate-data/client-key-data, certificate-authority-data): "
+            "exec plugins, auth-provider and file paths are refused.")
+        root = settings.PORTAL_KUBECONFIG_DIR
+        path = self.fields["kubeconfig_path"]
+        if root:
+            path.help_text = (f"Absolute path of a kubeconfig file under {root}, mounted in every portal process "
+                              "that talks to the cluster.")
+        else:
+            # A kind that cannot work is not offered: a stored row of that kind must switch kinds to be saved.
+            connection = self.fields["connection"]
+            connection.choices = [
+                c for c in connection.choices if c[0] != models.Cluster.ConnectionKind.KUBECONFIG_PATH
+            ]
+            connection.help_text = "Kubeconfig file paths are disabled: PORTAL_KUBECONFIG_DIR is not set."
+            path.disabled = True
+            path.help_text = "Disabled: PORTAL_KUBECONFIG_DIR is not set."
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         stored = self.instance.kubeconfig if self.instance.pk else ""
+        pasted = cleaned.get("kubeconfig") or ""
+        if not pasted.strip():
+            pasted = ""
         if cleaned.get("clear_kubeconfig"):
             cleaned["kubeconfig"] = ""
-        elif not cleaned.get("kubeconfig"):
-            cleaned["kubeconfig"] = stored
+        else:
+            cleaned["kubeconfig"] = pasted or stored
         connection = cleaned.get("connection")
         if connection == models.Cluster.ConnectionKind.KUBECONFIG and not cleaned["kubeconfig"]:
             self.add_error("kubeconfig", "This connection kind needs a kubeconfig.")
         if connection == models.Cluster.ConnectionKind.KUBECONFIG_PATH and not cleaned.get("kubeconfig_path"):
             self.add_error("kubeconfig_path", "This connection kind needs a kubeconfig path.")
+        if connection and not (self.has_error("kubeconfig") or self.has_error("kubeconfig_path")):
+            self._validate_connection(cleaned, connection, pasted=pasted)
         return cleaned
+
+    def _validate_connection(self, cleaned: dict[str, Any], connection: str, *, pasted: str) -> None:
+        """The checks of cluster_register: the kubeconfig (pasted, kept or read from the path) must be data with
+        inline credentials and hold the context. Pasted content is checked even when another kind is chosen."""
+        kinds = models.Cluster.ConnectionKind
+        if pasted and connection != kinds.KUBECONFIG:
+            try:
+                parse_kubeconfig(pasted)
+            except ClusterConfigError as exc:
+                self.add_error("kubeconfig", str(exc))
+        try:
+            cluster_connection_validate(connection=connection, kubeconfig=cleaned["kubeconfig"],
+                                        kubeconfig_path=cleaned.get("kubeconfig_path") or "",
+                                        context=cleaned.get("context") or "")
+        except ClusterConfigError as exc:
+            if connection == kinds.KUBECONFIG_PATH:
+                self.add_error("kubeconfig_path", str(exc))
+            elif pasted:
+                self.add_error("kubeconfig", str(exc))
+            else:  # a row stored before kubeconfigs were validated, or with a context it lacks
+                self.add_error("kubeconfig", f"The stored kubeconfig is refused; paste a new one. {exc}")
 
 
 @admin.register(models.Cluster)

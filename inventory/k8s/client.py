@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -30,6 +30,7 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
+from inventory.k8s.kubeconfig import kubeconfig_validate
 from inventory.k8s.types import (
     DRY_RUN_KINDS,
     ApplyResult,
@@ -217,7 +218,7 @@ class WatchStream:
 
 
 class KubernetesClusterClient:
-    """A cluster reached through the official client, configured from a kubeconfig dict/path or in-cluster."""
+    """A cluster reached through the official client, configured from validated kubeconfig data or in-cluster."""
 
     def __init__(
         self,
@@ -236,24 +237,21 @@ class KubernetesClusterClient:
 
     @classmethod
     def from_kubeconfig(
-        cls, kubeconfig: dict[str, Any], *, context: str | None = None, **timeouts: float
+        cls, kubeconfig: dict[str, Any], *, context: str | None = None, allowed_proxies: Collection[str] = (),
+        **timeouts: float,
     ) -> KubernetesClusterClient:
+        """A client from kubeconfig *data*. It is validated here, where it reaches the official loader, so no caller
+        can hand it a kubeconfig that runs a command or reads a file (inventory/k8s/kubeconfig.py). There is no
+        file-path constructor on purpose: the loader resolves relative paths against a file's directory; callers
+        read and validate the file themselves."""
+        kubeconfig_validate(kubeconfig, context=context or "", allowed_proxies=allowed_proxies)
         configuration = k8s.Configuration()
         try:
             k8s_config.load_kube_config_from_dict(kubeconfig, context=context or None,
-                                                  client_configuration=configuration)
+                                                  client_configuration=configuration, persist_config=False)
         except (ConfigException, KeyError, TypeError, ValueError, AttributeError) as exc:
             # The message of ConfigException never contains credentials; still keep it short.
             raise ClusterConfigError(f"invalid kubeconfig: {str(exc)[:200]}") from None
-        return cls(cls._api_client(configuration), **timeouts)
-
-    @classmethod
-    def from_kubeconfig_path(cls, path: str, *, context: str | None = None, **timeouts: float) -> KubernetesClusterClient:
-        configuration = k8s.Configuration()
-        try:
-            k8s_config.load_kube_config(config_file=path, context=context or None, client_configuration=configuration)
-        except (ConfigException, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ClusterConfigError(f"invalid kubeconfig file {path}: {str(exc)[:200]}") from None
         return cls(cls._api_client(configuration), **timeouts)
 
     @classmethod

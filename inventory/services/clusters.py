@@ -9,7 +9,7 @@ from inventory.changefeed import cluster_snapshot, snapshot_text
 from inventory.errors import ClusterConfigError
 from inventory.models import Cluster
 from inventory.services.changes import change_feed_lock, cluster_changes_record
-from inventory.services.clients import parse_kubeconfig
+from inventory.services.clients import cluster_connection_validate
 
 
 @transaction.atomic(durable=True)
@@ -17,16 +17,19 @@ def cluster_register(
     *, name: str, kubeconfig: str = "", kubeconfig_path: str = "", in_cluster: bool = False, context: str = "",
     description: str = "", actor: object = None,
 ) -> Cluster:
-    """Create or update a cluster's connection settings. Idempotent by name. Validates, never logs, the kubeconfig."""
+    """Create or update a cluster's connection settings. Idempotent by name. Validates, never logs, the kubeconfig:
+    it must be data with inline credentials (no command, no file, no unlisted proxy), and a path must lie under
+    PORTAL_KUBECONFIG_DIR (inventory/services/clients.py)."""
     if sum(bool(x) for x in (kubeconfig, kubeconfig_path, in_cluster)) != 1:
         raise ClusterConfigError("give exactly one of kubeconfig content, kubeconfig path or in-cluster")
     if kubeconfig:
-        parse_kubeconfig(kubeconfig)
         connection = Cluster.ConnectionKind.KUBECONFIG
     elif kubeconfig_path:
         connection = Cluster.ConnectionKind.KUBECONFIG_PATH
     else:
         connection = Cluster.ConnectionKind.IN_CLUSTER
+    cluster_connection_validate(connection=connection, kubeconfig=kubeconfig, kubeconfig_path=kubeconfig_path,
+                                context=context)
     existing = Cluster.objects.filter(name=name).first()
     if existing is not None:
         change_feed_lock(cluster_id=existing.pk)  # before the first write, like every writer of the change feed

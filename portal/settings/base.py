@@ -233,6 +233,14 @@ PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=30)
 PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
+
+# Kubeconfigs are data, never programs (inventory/k8s/kubeconfig.py). A cluster registered by *path* reads its
+# kubeconfig from under this directory only (the mounted Secrets, docs/deploy.md); empty = registering by path is
+# refused.
+PORTAL_KUBECONFIG_DIR = env("PORTAL_KUBECONFIG_DIR", default="")
+# The exact `proxy-url` values a kubeconfig may name; empty = no kubeconfig may send the portal through a proxy.
+PORTAL_KUBECONFIG_ALLOWED_PROXIES = env.list("PORTAL_KUBECONFIG_ALLOWED_PROXIES", default=[])
+
 # Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/roles.py.
 # Node names in REST API answers become stable pseudonyms for users who may not see sensitive data (docs/tokens.md).
 PORTAL_REDACT_NODE_NAMES = env.bool("PORTAL_REDACT_NODE_NAMES", default=False)

@@ -16,7 +16,8 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"cluster-{n}")
     description = "Test cluster"
     connection = Cluster.ConnectionKind.KUBECONFIG
-    kubeconfig = "apiVersion: v1\nclusters: [{name: test, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+    kubeconfig = ("apiVersion: v1\nclusters: [{name: test, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+                  "contexts: [{name: test, context: {cluster: test}}]\ncurrent-context: test\n")
     server_version = "v1.34.1"
 
 

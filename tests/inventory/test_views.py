@@ -18,6 +18,12 @@ SECRET = "SUPER-SECRET-TOKEN-e1b2c3d4"
 HTMX = {"HX-Request": "true"}
 
 
+def _kubeconfig(name: str, token: str) -> str:
+    return (f"clusters: [{{name: {name}, cluster: {{server: 'https://127.0.0.1:6443'}}}}]\n"
+            f"users: [{{name: u, user: {{token: {token}}}}}]\n"
+            f"contexts: [{{name: {name}, context: {{cluster: {name}, user: u}}}}]\ncurrent-context: {name}\n")
+
+
 @pytest.fixture
 def world() -> dict[str, object]:
     cluster = ClusterFactory(name="prod-a", kubeconfig=f"clusters: [{{name: x}}]\ntoken: {SECRET}\n")
@@ -326,7 +332,7 @@ def test_hostile_strings_are_escaped(client: Client, member: User) -> None:
 
 
 def test_admin_keeps_kubeconfig_when_left_empty(client: Client, platform_admin: User) -> None:
-    cluster = ClusterFactory(name="adm", kubeconfig=f"clusters: [{{name: x}}]\n# {SECRET}\n")
+    cluster = ClusterFactory(name="adm", kubeconfig=_kubeconfig("x", SECRET))
     client.force_login(platform_admin)
     url = reverse("admin:inventory_cluster_change", args=[cluster.pk])
     assert "••• (set)" in client.get(url).content.decode()
@@ -344,9 +350,9 @@ def test_admin_keeps_kubeconfig_when_left_empty(client: Client, platform_admin: 
     assert cluster.description == "changed"
     assert SECRET in cluster.kubeconfig
 
-    assert client.post(url, {**data, "kubeconfig": "clusters: [{name: y}]\n"}).status_code == 302
+    assert client.post(url, {**data, "kubeconfig": _kubeconfig("y", "other-token")}).status_code == 302
     cluster.refresh_from_db()
-    assert cluster.kubeconfig == "clusters: [{name: y}]\n"
+    assert cluster.kubeconfig == _kubeconfig("y", "other-token")
 
     bad = client.post(url, {**data, "kubeconfig": "not: [valid"})
     assert bad.status_code == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +13,17 @@ from inventory.services.clusters import cluster_register
 
 
 class Command(BaseCommand):
-    help = "Register a cluster. The kubeconfig content is stored (never printed); --reference keeps only its path."
+    help = ("Register a cluster. The kubeconfig content is stored (never printed); --reference keeps only its path, "
+            "which must lie under PORTAL_KUBECONFIG_DIR. Kubeconfigs must carry inline credentials (no exec plugin, "
+            "auth-provider or file paths).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--kubeconfig", help="kubeconfig file whose content is stored in the database")
         source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-        parser.add_argument("--reference", action="store_true", help="store the kubeconfig path, not its content")
+        parser.add_argument("--reference", action="store_true",
+                            help="store the kubeconfig path (under PORTAL_KUBECONFIG_DIR), not its content")
         parser.add_argument("--context", default="", help="kubeconfig context (default: current-context)")
         parser.add_argument("--description", default="")
 
@@ -29,7 +33,9 @@ class Command(BaseCommand):
         if options["in_cluster"]:
             kwargs["in_cluster"] = True
         elif options["reference"]:
-            kwargs["kubeconfig_path"] = str(Path(options["kubeconfig"]).resolve())
+            # Absolute but not resolved: a mounted Secret's file is a symlink into a directory the kubelet replaces
+            # on every update (and names differently in every pod); the check under PORTAL_KUBECONFIG_DIR resolves.
+            kwargs["kubeconfig_path"] = os.path.abspath(options["kubeconfig"])
         else:
             try:
                 kwargs["kubeconfig"] = Path(options["kubeconfig"]).read_text()

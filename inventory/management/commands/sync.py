@@ -33,7 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"no cluster named {options['cluster']!r}")
         backend = lease_backend()
         started = time.monotonic()
-        client = client_for(cluster)
+        try:
+            client = client_for(cluster)  # a refused kubeconfig is a ClusterConfigError, reported like any other
+        except ClusterError as exc:
+            raise CommandError(str(exc)) from None
         try:
             results = cluster_sync_once(
                 cluster_id=cluster.pk, client=client, kinds=options["kind"] or SYNCED_KINDS,
