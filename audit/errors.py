@@ -9,3 +9,7 @@ class AuditError(Exception):
 
 class CheckpointKeyMissingError(AuditError):
     """PORTAL_AUDIT_CHECKPOINT_KEY is not set (or too short): checkpoints can be neither written nor verified."""
+
+
+class DatabaseRoleError(AuditError):
+    """The database roles would leave the append-only triggers in the application's reach (audit.database)."""

@@ -97,7 +97,8 @@ def webhook_subscription_delete(*, actor: Any, subscription_id: int) -> None:
 
 @transaction.atomic(durable=True)
 def webhook_ping(*, actor: Any, subscription_id: int) -> WebhookDelivery:
-    """Queue a `ping` delivery (same headers and signature as real events) to test an endpoint."""
+    """Queue a `ping` delivery (same headers and signature as real events) to test an endpoint. Audited: a person
+    makes the portal send a request to the subscription's URL."""
     subscription = WebhookSubscription.objects.get(pk=subscription_id)
     delivery = WebhookDelivery.objects.create(
         subscription=subscription, source=Source.PING, event_id=None, event_type="ping",
@@ -106,6 +107,7 @@ def webhook_ping(*, actor: Any, subscription_id: int) -> WebhookDelivery:
                            "requested_by": actor.get_username() if getattr(actor, "is_authenticated", False) else ""}},
         next_attempt_at=timezone.now(),
     )
+    audit_record(actor=actor, verb="webhook.pinged", target=subscription, data={"delivery": delivery.pk})
     transaction.on_commit(lambda: webhook_deliver_task.delay(delivery.pk))
     return delivery
 

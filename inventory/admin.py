@@ -1,4 +1,5 @@
-"""Admin: clusters are edited here (the kubeconfig is write-only); everything the sync engine writes is read-only."""
+"""Admin: clusters are edited here (the kubeconfig is write-only); everything the sync engine writes is read-only.
+Every change made here is audited (audit.admin); the kubeconfig only as set/replaced/empty."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
 
+from audit.admin import AuditedModelAdmin
 from inventory import models
 from inventory.errors import ClusterConfigError
 from inventory.services.changes import change_feed_lock
 from inventory.services.clients import cluster_connection_validate, parse_kubeconfig
-from inventory.services.clusters import cluster_change_record
+from inventory.services.clusters import cluster_change_record, cluster_delete_in_transaction
 
 KUBECONFIG_SET = "••• (set)"
 
@@ -116,7 +118,9 @@ class ClusterAdminForm(forms.ModelForm):
 
 
 @admin.register(models.Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(AuditedModelAdmin):
+    # The same verbs as inventory.services.clusters; the kubeconfig (an encrypted field) is recorded as a secret.
+    audit_verbs = {"add": "registered", "change": "updated", "delete": "deleted"}
     form = ClusterAdminForm
     list_display = ["name", "connection", "sync_enabled", "server_version", "created_at"]
     list_filter = ["connection", "sync_enabled"]
@@ -127,8 +131,7 @@ class ClusterAdmin(admin.ModelAdmin):
         # The name is the cluster's identity in the change feed and the CMDB: fixed once registered.
         return [*self.readonly_fields, "name"] if obj is not None else list(self.readonly_fields)
 
-    # Edits here reach the CMDB change feed like the services' writes do. (Deleting a cluster is not possible
-    # here: its sync rows are read-only; inventory.services.clusters.cluster_delete records the feed events.)
+    # Edits here reach the CMDB change feed like the services' writes do.
     def save_model(self, request: HttpRequest, obj: models.Cluster, form: Any, change: bool) -> None:
         with transaction.atomic():
             before = None
@@ -137,6 +140,16 @@ class ClusterAdmin(admin.ModelAdmin):
                 before = models.Cluster.objects.filter(pk=obj.pk).first()
             super().save_model(request, obj, form, change)
             cluster_change_record(cluster=obj, before=before)
+
+    # Deleting goes through the service's steps (change feed, audit). The admin refuses it while the cluster has
+    # synced rows, since those are read-only here; it allows it for a cluster registered by mistake.
+    def delete_model(self, request: HttpRequest, obj: models.Cluster) -> None:
+        cluster_delete_in_transaction(cluster_id=obj.pk, actor=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with transaction.atomic():
+            for pk in queryset.values_list("pk", flat=True):
+                cluster_delete_in_transaction(cluster_id=pk, actor=request.user)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -170,7 +183,8 @@ class SyncStateAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.SyncIssue)
-class SyncIssueAdmin(admin.ModelAdmin):
+class SyncIssueAdmin(AuditedModelAdmin):
+    audit_entity = "sync_issue"
     list_display = ["created_at", "cluster", "kind", "namespace", "name", "error"]
     list_filter = ["cluster", "kind"]
     search_fields = ["name", "namespace", "error"]

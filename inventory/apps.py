@@ -5,4 +5,4 @@ class InventoryConfig(AppConfig):
     name = "inventory"
 
     def ready(self) -> None:
-        from inventory import scoping  # noqa: F401 - registers the system check that tenancy scoping is installed
+        from inventory import checks, scoping  # noqa: F401 - register the system checks (keys, tenancy scoping)

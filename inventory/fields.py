@@ -52,6 +52,8 @@ class EncryptedTextField(models.TextField):
     sees plaintext. Values written before encryption (no prefix) are read as they are and encrypted on the next
     save (migration inventory 0009 re-saves them). Not searchable or sortable in SQL, by design."""
 
+    audit_secret = True  # audit.admin records a change of it, never its value
+
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         if not isinstance(value, str) or not value.startswith(ENCRYPTED_PREFIX):
             return value

@@ -72,6 +72,8 @@ def test_the_pods_environment_is_production() -> None:
 
 
 def test_check_deploy_reports_nothing_for_the_pods_environment() -> None:
+    """The Secret's PORTAL_AUDIT_CHECKPOINT_KEY and PORTAL_FIELD_ENCRYPTION_KEYS are filled, as an operator must:
+    without them the audit and encryption checks warn (tests below)."""
     result = manage("check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
     # Zero issues of any level (INFO included), and nothing silenced.
@@ -102,6 +104,47 @@ def test_check_deploy_fails_when_a_variable_weakens_security(
     assert f"({WEAKENED_ENV[variable][1]})" in weakened_env_check.stderr, weakened_env_check.stderr
     # DJANGO_SECURE is still true: the cookies stay secure (their checks only fire below).
     assert "(security.W012)" not in weakened_env_check.stderr
+
+
+# The audit log's and the stored secrets' own checks (audit/checks.py, inventory/checks.py): each variable unset or
+# pointed somewhere unsafe is reported with its id, in one process.
+UNSAFE_ENV = {
+    "PORTAL_AUDIT_CHECKPOINT_KEY": ("", "audit.W001"),
+    "PORTAL_FIELD_ENCRYPTION_KEYS": ("", "inventory.W001"),
+    # The audit tables' TRUNCATE escape hatch opens in databases named test_* (audit migration 0003).
+    "DATABASE_URL": ("postgres://portal_app@db.example.internal:5432/test_portal", "audit.W003"),
+}
+MALFORMED_ENV = {
+    "PORTAL_AUDIT_CHECKPOINT_KEY": ("too-short", "audit.E001"),
+    "PORTAL_FIELD_ENCRYPTION_KEYS": ("not-a-fernet-key", "inventory.E001"),
+}
+
+
+@pytest.fixture(scope="module")
+def unsafe_env_check() -> subprocess.CompletedProcess[str]:
+    return manage("check", "--deploy", "--fail-level", "WARNING",
+                  **{name: value for name, (value, _) in UNSAFE_ENV.items()})
+
+
+@pytest.mark.parametrize("variable", list(UNSAFE_ENV))
+def test_check_deploy_warns_about_the_audit_and_encryption_settings(
+        unsafe_env_check: subprocess.CompletedProcess[str], variable: str) -> None:
+    assert unsafe_env_check.returncode != 0
+    assert f"({UNSAFE_ENV[variable][1]})" in unsafe_env_check.stderr, unsafe_env_check.stderr
+
+
+def test_the_encryption_warning_says_where_the_key_comes_from(
+        unsafe_env_check: subprocess.CompletedProcess[str]) -> None:
+    assert "derived from DJANGO_SECRET_KEY" in unsafe_env_check.stderr
+
+
+def test_malformed_audit_and_encryption_keys_are_errors_everywhere() -> None:
+    result = manage("check", **{name: value for name, (value, _) in MALFORMED_ENV.items()})
+    assert result.returncode != 0
+    for _, check_id in MALFORMED_ENV.values():
+        assert f"({check_id})" in result.stderr, result.stderr
+    assert "too-short" not in result.stderr  # never echo a key
+    assert "not-a-fernet-key" not in result.stderr
 
 
 def test_check_deploy_fails_without_django_secure() -> None:

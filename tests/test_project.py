@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from cryptography.fernet import Fernet
 
 from inventory.errors import ClusterConfigError
 from inventory.leases import lease_backend
@@ -52,10 +53,14 @@ def test_settings_fail_fast_without_a_secret() -> None:
 
 
 def test_check_deploy_is_clean_under_production_settings() -> None:
+    # The audit checkpoint key and the field-encryption keys are part of a production configuration: without them
+    # check --deploy warns (audit.W001, inventory.W001; tests/test_deploy_checks.py).
     result = subprocess.run(
         [PY, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT, capture_output=True, text=True,
         env=_env(DJANGO_SETTINGS_MODULE="portal.settings.base", DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
-                 DATABASE_URL="postgres://postgres@127.0.0.1/portal", DJANGO_ALLOWED_HOSTS="portal.example.com"),
+                 DATABASE_URL="postgres://postgres@127.0.0.1/portal", DJANGO_ALLOWED_HOSTS="portal.example.com",
+                 PORTAL_AUDIT_CHECKPOINT_KEY=secrets.token_hex(32),
+                 PORTAL_FIELD_ENCRYPTION_KEYS=Fernet.generate_key().decode()),
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

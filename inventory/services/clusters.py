@@ -57,6 +57,13 @@ def cluster_register(
 def cluster_delete(*, cluster_id: int, actor: object = None) -> None:
     """Delete a cluster and everything mirrored or derived from it; the change feed records the deletion of its
     nodes, devices and itself, and the audit log the deletion (never the kubeconfig)."""
+    cluster_delete_in_transaction(cluster_id=cluster_id, actor=actor)
+
+
+def cluster_delete_in_transaction(*, cluster_id: int, actor: object = None) -> None:
+    """`cluster_delete` for a caller that already opened the transaction (the admin's delete views)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("cluster_delete_in_transaction must run inside a transaction")
     change_feed_lock(cluster_id=cluster_id)
     cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
     cluster_changes_record(cluster=cluster, before=None, deleted=True)

@@ -277,6 +277,10 @@ PORTAL_AUDIT_CHECKPOINT_KEY = env("PORTAL_AUDIT_CHECKPOINT_KEY", default="")
 PORTAL_AUDIT_CHECKPOINT_OLD_KEYS = env.list("PORTAL_AUDIT_CHECKPOINT_OLD_KEYS", default=[])
 # The hourly checkpoint also appends its signed line here (keep it off the database host, e.g. WORM storage).
 PORTAL_AUDIT_CHECKPOINT_FILE = env("PORTAL_AUDIT_CHECKPOINT_FILE", default="")
+# The database role the web and workers connect as, when migrations run as another role that owns the tables
+# (docs/deploy.md, "Database roles"): `migrate` then grants it its privileges, SELECT and INSERT only on the audit
+# tables. Empty: one role does both; owning the tables, it could disable the append-only triggers (audit.W004).
+PORTAL_DATABASE_APP_ROLE = env("PORTAL_DATABASE_APP_ROLE", default="")
 if PORTAL_AUDIT_CHECKPOINT_KEY:
     CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
         "task": "audit.checkpoint",

@@ -67,6 +67,21 @@ def test_truncate_is_refused_without_the_test_only_setting(platform_admin) -> No
     assert AuditEvent.objects.count() == 1
 
 
+def test_the_test_database_may_truncate_with_the_test_only_setting(platform_admin) -> None:
+    """The escape hatch the test runner's flush relies on: in a database named test_* (this one), a session with
+    audit.allow_truncate=on may TRUNCATE. Elsewhere it may not (tests/audit/test_database_roles.py)."""
+    offering = OfferingFactory(resource_name="nvidia.com/gpu")
+    with transaction.atomic():
+        audit_record(actor=platform_admin, verb="test", target=offering)
+    assert connection.settings_dict["NAME"].startswith("test_")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL audit.allow_truncate = 'on'")
+        cursor.execute("TRUNCATE audit_auditevent")
+        assert not AuditEvent.objects.exists()
+        transaction.set_rollback(True)
+    assert AuditEvent.objects.count() == 1
+
+
 def _checkpoint() -> AuditCheckpoint:
     from audit.checkpoints import checkpoint_create
 

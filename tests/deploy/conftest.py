@@ -43,12 +43,13 @@ def base() -> list[Doc]:
 
 @pytest.fixture(scope="session")
 def overlay(tmp_path_factory: pytest.TempPathFactory) -> list[Doc]:
-    """The example overlay, rendered from a copy with secrets.env made from secrets.env.example (as an operator
+    """The example overlay, rendered from a copy with each secrets file made from its *.env.example (as an operator
     would), so no secrets file is needed in the repository."""
     copy = tmp_path_factory.mktemp("deploy") / "kustomize"
     shutil.copytree(KUSTOMIZE, copy)
     example = copy / "overlays" / "example"
-    (example / "secrets.env").write_text((example / "secrets.env.example").read_text())
+    for template in example.glob("*.env.example"):
+        (example / template.name.removesuffix(".example")).write_text(template.read_text())
     return render(example)
 
 

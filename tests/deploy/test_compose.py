@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -114,3 +115,19 @@ def test_migrations_run_before_everything_else(portal_services: dict[str, Any], 
             assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
     assert services["setup"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert "--maxmemory-policy" in services["redis"]["command"], "a broker must never evict (docs/deploy.md)"
+
+
+def test_only_the_migration_connects_as_the_table_owner(portal_services: dict[str, Any],
+                                                         services: dict[str, Any]) -> None:
+    """Like the Kubernetes deployment: the migrate service connects as the owner (the postgres image's user), every
+    other process as the application role the init script creates, which owns no table."""
+    owner = services["postgres"]["environment"]["POSTGRES_USER"]
+    for name, service in portal_services.items():
+        user = urlsplit(service["environment"]["DATABASE_URL"]).username
+        expected = owner if name == "migrate" else service["environment"]["PORTAL_DATABASE_APP_ROLE"]
+        assert user == expected, name
+    assert owner != portal_services["web"]["environment"]["PORTAL_DATABASE_APP_ROLE"]
+    init = [volume for volume in services["postgres"]["volumes"] if "docker-entrypoint-initdb.d" in str(volume)]
+    assert len(init) == 1
+    script = (ROOT / "deploy" / "compose" / "postgres-app-role.sh").read_text()
+    assert f"CREATE ROLE {portal_services['web']['environment']['PORTAL_DATABASE_APP_ROLE']} LOGIN" in script

@@ -4,10 +4,13 @@ DRY_RUN_KINDS), the documents the enforcement services apply and the calls the s
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
+import json
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -38,6 +41,7 @@ from .conftest import (
 SCHEMA_VERSIONS = ["1.34.0", kubernetes_validate.utils.latest_version()]
 IMAGE = "accelerator-portal"
 PREPARE = "accelerator-portal.io/stage"
+MIGRATE_SECRET = "accelerator-portal-migrate-secrets"
 
 # Which Deployment consumes which Celery queue, and as whom (docs/deploy.md, "Components").
 READER, WRITER, WEB, NO_API = ("accelerator-portal-reader", "accelerator-portal-writer", "accelerator-portal-web",
@@ -144,19 +148,44 @@ def test_every_pod_runs_the_one_image(base: list[Doc], overlay: list[Doc]) -> No
 def test_every_pod_takes_its_settings_from_the_configmap_and_the_secret(base: list[Doc], overlay: list[Doc]) -> None:
     config = of_kind(base, "ConfigMap")
     assert len(config) == 1
+    common = [{"configMapRef": {"name": config[0]["metadata"]["name"]}},
+              {"secretRef": {"name": "accelerator-portal-secrets"}}]
     for workload in workloads(base):
         refs = container(workload)["envFrom"]
-        assert refs == [{"configMapRef": {"name": config[0]["metadata"]["name"]}},
-                        {"secretRef": {"name": "accelerator-portal-secrets"}}], workload["metadata"]["name"]
-    # The base leaves the Secret to the operator; the overlay generates it and every reference follows its name.
+        # The migration Job alone also reads the owner's Secret, last, so that its DATABASE_URL wins.
+        owner = [{"secretRef": {"name": MIGRATE_SECRET}}] if workload["kind"] == "Job" else []
+        assert refs == [*common, *owner], workload["metadata"]["name"]
+        assert not container(workload).get("env"), "settings come from the ConfigMap and the Secrets only"
+    # The base leaves the Secrets to the operator; the overlay generates them and every reference follows the names.
     assert not of_kind(base, "Secret")
     secrets = {d["metadata"]["name"]: d for d in of_kind(overlay, "Secret")}
     configs = {d["metadata"]["name"] for d in of_kind(overlay, "ConfigMap")}
     for workload in workloads(overlay):
         refs = container(workload)["envFrom"]
         assert refs[0]["configMapRef"]["name"] in configs
-        assert refs[1]["secretRef"]["name"] in secrets
-    assert [d["metadata"]["name"].startswith("accelerator-portal-secrets-") for d in secrets.values()] == [True]
+        assert all(ref["secretRef"]["name"] in secrets for ref in refs[1:])
+    assert sorted(name.rsplit("-", 1)[0] for name in secrets) == ["accelerator-portal-migrate-secrets",
+                                                                   "accelerator-portal-secrets"]
+
+
+def test_only_the_migration_job_gets_the_table_owners_credentials(overlay: list[Doc]) -> None:
+    """The web and workers connect as PORTAL_DATABASE_APP_ROLE, which owns nothing, so they cannot disable the audit
+    log's triggers; the owner's DATABASE_URL (the migrate Secret) reaches the migration Job and nothing else."""
+    owner_secret = next(d["metadata"]["name"] for d in of_kind(overlay, "Secret")
+                        if d["metadata"]["name"].startswith(MIGRATE_SECRET))
+    readers = sorted(w["metadata"]["name"] for w in workloads(overlay)
+                     if any(ref.get("secretRef", {}).get("name") == owner_secret for ref in container(w)["envFrom"]))
+    assert readers == ["migrate"]
+    for doc in overlay:  # nothing else mounts or references it either
+        if doc["metadata"]["name"] not in {"migrate", owner_secret}:
+            assert owner_secret not in json.dumps(doc), doc["metadata"]["name"]
+    secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in of_kind(overlay, "Secret")}
+    app_url = base64.b64decode(secrets["accelerator-portal-secrets"]["data"]["DATABASE_URL"]).decode()
+    owner_url = base64.b64decode(secrets[MIGRATE_SECRET]["data"]["DATABASE_URL"]).decode()
+    config = of_kind(overlay, "ConfigMap")[0]["data"]
+    assert urlsplit(app_url).username == config["PORTAL_DATABASE_APP_ROLE"]
+    assert urlsplit(owner_url).username not in {None, config["PORTAL_DATABASE_APP_ROLE"]}
+    assert set(secrets[MIGRATE_SECRET]["data"]) == {"DATABASE_URL"}
 
 
 def test_the_migration_job_and_its_dependencies_form_the_prepare_stage(overlay: list[Doc]) -> None:
@@ -167,7 +196,7 @@ def test_the_migration_job_and_its_dependencies_form_the_prepare_stage(overlay: 
     # `kubectl apply -l accelerator-portal.io/stage=prepare` must bring everything the Job needs, and no workload.
     env = container(job)["envFrom"]
     needed = [("ServiceAccount", pod_spec(job)["serviceAccountName"]), ("ConfigMap", env[0]["configMapRef"]["name"]),
-              ("Secret", env[1]["secretRef"]["name"]), ("Job", "migrate")]
+              ("Secret", env[1]["secretRef"]["name"]), ("Secret", env[2]["secretRef"]["name"]), ("Job", "migrate")]
     needed += [("Namespace", NAMESPACE)] + [("NetworkPolicy", d["metadata"]["name"])
                                             for d in of_kind(overlay, "NetworkPolicy")]
     for kind, name in needed:

@@ -361,7 +361,8 @@ def test_api_crud_audit_and_delivery_log(admin: User, endpoint: Endpoint, queue:
     assert not WebhookSubscription.objects.exists()
 
     verbs = list(AuditEvent.objects.filter(verb__startswith="webhook.").order_by("id").values_list("verb", flat=True))
-    assert verbs == ["webhook.created", "webhook.updated", "webhook.deleted"]
+    assert verbs == ["webhook.created", "webhook.updated", "webhook.pinged", "webhook.deleted"]
+    assert AuditEvent.objects.get(verb="webhook.pinged").data == {"delivery": ping.json()["id"]}
     audit_text = json.dumps(list(AuditEvent.objects.values("data", "before", "after")))
     assert AuditEvent.objects.get(verb="webhook.updated").data == {"secret_changed": True}
     for text in [r.content.decode() for r in responses] + [caplog.text, audit_text]:
