@@ -221,6 +221,15 @@ CELERY_BEAT_SCHEDULE = {
     "integrations-webhook-deliveries-prune": {"task": "integrations.webhook_deliveries_prune", "schedule": 86400.0},
 }
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
+# Namespaces where the privileged-container policy is not bound and the violation scan does not look (docs/access.md
+# "System namespaces"): Kubernetes' own, the portal's own, and the GPU operator and NVIDIA DRA driver, whose node
+# agents need host access by design. Everything else is enforced, namespaces of no tenant included; a namespace
+# assigned to a tenant is enforced even when listed. Operators add namespaces with the second list.
+PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES = env.list("PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES", default=[
+    "kube-system", "kube-public", "kube-node-lease", "accelerator-portal", "accelerator-portal-system",
+    "gpu-operator", "nvidia-dra-driver-gpu",
+])
+PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES = env.list("PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES", default=[])
 # How the catalog learns which namespaces a user may target without importing the portal (dependencies point
 # one way): a dotted path to `f(user, cluster) -> list[str]`.
 PORTAL_USER_NAMESPACES = "portal.tenancy.user_namespaces"

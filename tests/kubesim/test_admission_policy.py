@@ -143,7 +143,7 @@ def denial(excinfo) -> tuple[int, str, dict]:
 
 # ------------------------------------------------------------------------------------------------ the portal policy
 def test_privileged_pod_denied_without_exception(vsim, core):
-    other_key = exceptions(**{"vision_default": "2026-02-01T00:00:00Z"})
+    other_key = exceptions(vision_default="2026-02-01T00:00:00Z")
     with installed(vsim, *portal_policy(), other_key), pytest.raises(ApiException) as excinfo:
         create_pod(core, "ml-research", pod("dbg", privileged=True, sa="debug"))
     code, phrase, status = denial(excinfo)
