@@ -253,6 +253,16 @@ def resource_list_doc(group: str, version: str) -> dict:
         if r.group or r.categories:
             entry["categories"] = list(r.categories)
         resources.append(entry)
+        if r.plural == "pods":
+            resources.append(
+                {
+                    "name": "pods/ephemeralcontainers",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Pod",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if r.has_status:
             resources.append(
                 {

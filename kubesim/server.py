@@ -276,7 +276,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) >= 2 else None
         sub = rest[2] if len(rest) == 3 else ""
-        if sub and (sub != "status" or not rt.has_status):
+        if sub and not ((sub == "status" and rt.has_status) or (sub == "ephemeralcontainers" and rt.plural == "pods")):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return _Route(rt, namespace, name, sub)
 

@@ -61,6 +61,37 @@ def status_doc(code: int, reason: str, message: str, details: dict | None = None
     return doc
 
 
+def _with_ephemeral_containers(old: dict, new: dict) -> dict:
+    """pods/ephemeralcontainers: only spec.ephemeralContainers changes, and existing ones may only be kept
+    (podEphemeralContainersStrategy and ValidatePodEphemeralContainersUpdate)."""
+    name = old["metadata"]["name"]
+    wanted = (new.get("spec") or {}).get("ephemeralContainers") or []
+    current = {c.get("name"): c for c in (old.get("spec") or {}).get("ephemeralContainers") or []}
+    if not isinstance(wanted, list) or not all(isinstance(c, dict) for c in wanted):
+        raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Invalid value')
+    names = {c.get("name") for c in wanted}
+    for existing, container in current.items():
+        if existing not in names or next(c for c in wanted if c.get("name") == existing) != container:
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Forbidden: existing '
+                           f'ephemeral containers "{existing}" may not be removed or changed')
+    taken = {c.get("name") for field in ("containers", "initContainers") for c in (old["spec"].get(field) or [])}
+    for container in wanted:
+        if container.get("name") in current:
+            continue
+        if not container.get("name") or not container.get("image"):
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Required value: '
+                           "name and image are required")
+        if container["name"] in taken or [c.get("name") for c in wanted].count(container["name"]) > 1:
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers[].name: Duplicate '
+                           f'value: "{container["name"]}"')
+    updated = dict(old)
+    updated["spec"] = {**old["spec"], "ephemeralContainers": wanted}
+    updated["metadata"] = dict(old["metadata"])
+    if "managedFields" in new.get("metadata", {}):
+        updated["metadata"]["managedFields"] = new["metadata"]["managedFields"]
+    return updated
+
+
 def not_found(plural: str, name: str) -> ApiError:
     group = RESOURCES[plural].group if plural in RESOURCES else ""
     res = f"{plural}.{group}" if group else plural
@@ -564,6 +595,9 @@ class Store:
                 if "managedFields" in meta:
                     new["metadata"]["managedFields"] = meta["managedFields"]
                 obj = new
+                meta = obj["metadata"]
+            elif subresource == "ephemeralcontainers":
+                obj = _with_ephemeral_containers(old, obj)
                 meta = obj["metadata"]
             elif rt.has_status and plural != "namespaces":
                 if "status" in old:

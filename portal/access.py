@@ -23,6 +23,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from inventory.errors import PortalError, StateConflictError
 from portal.models import (
+    EXCEPTION_KEY_MAX,
     AccessKind,
     AccessPolicy,
     AccessRequest,
@@ -30,6 +31,7 @@ from portal.models import (
     Grant,
     TenantMembership,
     TenantNamespace,
+    exception_key,
 )
 from portal.notifications import notify, users_with_role
 from portal.roles import Role, user_has_role
@@ -77,7 +79,7 @@ def grant_snapshot(grant: Grant) -> dict[str, Any]:
             "break_glass_review": grant.break_glass_review}
 
 
-def _validate_scope(kind: str, service_account: str, workload: str) -> tuple[str, str]:
+def _validate_scope(kind: str, namespace: str, service_account: str, workload: str) -> tuple[str, str]:
     service_account, workload = (service_account or "").strip(), (workload or "").strip()
     if kind == AccessKind.ADMIN_ACCESS:
         if service_account or workload:
@@ -89,6 +91,11 @@ def _validate_scope(kind: str, service_account: str, workload: str) -> tuple[str
         raise AccessError(f"{service_account[:80]!r} is not a valid service account name.")
     if workload and (len(workload) > 63 or not _LABEL_VALUE.match(workload)):
         raise AccessError(f"{workload[:80]!r} is not a valid app.kubernetes.io/name label value.")
+    if len(exception_key(namespace, service_account, workload)) > EXCEPTION_KEY_MAX:
+        # One over-long key would make the whole exception object invalid, for every grant of the cluster.
+        raise AccessError(f"Namespace, service account and workload are too long together: their exception key "
+                          f"{exception_key(namespace, service_account, workload)[:80]!r}… may have at most "
+                          f"{EXCEPTION_KEY_MAX} characters.")
     return service_account, workload
 
 
@@ -124,7 +131,7 @@ def access_request_create(*, actor: Any, kind: str, cluster_id: int, namespace: 
     owner = _owner(cluster_id, namespace)
     if not TenantMembership.objects.filter(tenant=owner.tenant, user=actor).exists():
         raise AccessError(f"Only members of {owner.tenant.name} may request exceptions for {namespace}.")
-    service_account, workload = _validate_scope(kind, service_account, workload)
+    service_account, workload = _validate_scope(kind, namespace, service_account, workload)
     policy = access_policy(kind)
     window = _validate_window(policy, window)
     now = timezone.now()
@@ -291,7 +298,7 @@ def break_glass_grant(*, actor: Any, kind: str, cluster_id: int, namespace: str,
     if kind not in AccessKind.values:
         raise AccessError(f"Unknown kind of exception {kind!r}.")
     owner = _owner(cluster_id, namespace)
-    service_account, workload = _validate_scope(kind, service_account, workload)
+    service_account, workload = _validate_scope(kind, namespace, service_account, workload)
     policy = access_policy(kind)
     window = _validate_window(policy, window)
     now = timezone.now()

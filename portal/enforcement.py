@@ -5,9 +5,11 @@ manager while any adminAccess grant of the namespace is in force, and removed (w
 drops the field we owned) when none is. The API server checks the label only when a claim is created, so at the end
 the admin claims created during the window that still exist are flagged, and deleted where the policy says so.
 
-privileged — a ValidatingAdmissionPolicy and its binding deny privileged containers and host device mounts in
-tenant namespaces unless the exception ConfigMap `accelerator-portal-system/privileged-exceptions` has an entry
-`<namespace>.<service account>[.<workload>]`; the portal keeps exactly the in-force grants' entries there.
+privileged — a ValidatingAdmissionPolicy and its binding deny pods that violate the baseline Pod Security Standard
+(inventory.k8s.podsecurity generates the CEL) in every namespace but the exempt system namespaces, unless the
+exception ConfigMap `accelerator-portal-system/privileged-exceptions` has an entry
+`<namespace>_<service account>[_<workload>]` (portal.models.exception_key); the portal keeps exactly the in-force
+grants' entries there.
 
 Everything is desired state computed from the database, so an apply is idempotent and safe to repeat after a
 crash. A grant becomes active only when the sync shows the label / entry; an ended grant is "cleaned up" when the
@@ -17,18 +19,22 @@ sync shows it gone. `enforcement_reconcile` (beat) drives both and re-applies wh
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_record
+from inventory.k8s.podsecurity import cel_variables
 from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE
-from inventory.models import AdmissionPolicyBinding, ConfigMap, Namespace, ResourceClaim
+from inventory.models import AdmissionPolicy, AdmissionPolicyBinding, Cluster, ConfigMap, Namespace, ResourceClaim
 from portal.access import IN_FORCE, access_policy, grant_snapshot
-from portal.models import AccessKind, EnforcementSettings, Grant, GrantUse, TenantNamespace
+from portal.models import EXCEPTION_KEY_SEPARATOR, AccessKind, EnforcementSettings, Grant, GrantUse, TenantNamespace
 from portal.quota import FIELD_MANAGER
 
 logger = logging.getLogger(__name__)
@@ -64,62 +70,76 @@ def exception_entries(cluster_id: int, now: dt.datetime) -> dict[str, str]:
     return entries
 
 
-def tenant_namespaces(cluster_id: int) -> list[str]:
-    return sorted(TenantNamespace.objects.filter(cluster_id=cluster_id).values_list("namespace", flat=True))
+def exempt_namespaces(cluster_id: int) -> list[str]:
+    """The system namespaces where the policy is not bound and the scan does not look: the configured ones
+    (PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES + …_EXTRA_…), except any that is assigned to a tenant in this cluster (a
+    tenant's namespace is always enforced, whatever its name)."""
+    configured = {str(name).strip() for name in [*settings.PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES,
+                                                 *settings.PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES]}
+    tenants = set(TenantNamespace.objects.filter(cluster_id=cluster_id).values_list("namespace", flat=True))
+    return sorted(configured - tenants - {""})
 
 
-_CONTAINERS = ("object.spec.containers"
-               " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-               " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])")
-_PRIVILEGED = ("variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged)"
-               " && c.securityContext.privileged)")
-_HOST_DEVICES = ("has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath)"
-                 " && (v.hostPath.path == '/' || v.hostPath.path.startsWith('/dev')))")
 _SERVICE_ACCOUNT = ("has(object.spec.serviceAccountName) && object.spec.serviceAccountName != ''"
                     " ? object.spec.serviceAccountName : 'default'")
 _WORKLOAD = ("has(object.metadata.labels) && 'app.kubernetes.io/name' in object.metadata.labels"
              " ? object.metadata.labels['app.kubernetes.io/name'] : ''")
-_ALLOWED = ("!(variables.privileged || variables.hostDevices) || (has(params.data) && (variables.key in params.data"
-            " || (variables.workload != '' && (variables.key + '.' + variables.workload) in params.data)))")
+_SEPARATOR = f"'{EXCEPTION_KEY_SEPARATOR}'"
+_ALLOWED = ("variables.baselineViolations.size() == 0 || (has(params.data) && (variables.key in params.data"
+            f" || (variables.workload != '' && (variables.key + {_SEPARATOR} + variables.workload) in params.data)))")
+_MESSAGE = ("'the pod violates the baseline Pod Security Standard (' + variables.baselineViolations.join(', ')"
+            " + ') and needs an active exception for service account ' + variables.serviceAccount + ' in '"
+            " + request.namespace + ' (request one in the Accelerator Portal)'")
+POLICY_HASH_ANNOTATION = "accelerator-portal/spec-sha256"
 
 
-def policy_document() -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy. Pods are checked on CREATE (their security context and volumes are immutable
-    afterwards) and ephemeral containers when they are added, so an expired exception never blocks the finalizer
-    updates of a running pod."""
+def _policy_spec() -> dict[str, Any]:
     return {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": MANAGED_BY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": {"resourceRules": [
-                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
-                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/ephemeralcontainers"],
-                 "operations": ["UPDATE"]},
-            ]},
-            "variables": [
-                {"name": "containers", "expression": _CONTAINERS},
-                {"name": "privileged", "expression": _PRIVILEGED},
-                {"name": "hostDevices", "expression": _HOST_DEVICES},
-                {"name": "serviceAccount", "expression": _SERVICE_ACCOUNT},
-                {"name": "workload", "expression": _WORKLOAD},
-                {"name": "key", "expression": "request.namespace + '.' + variables.serviceAccount"},
-            ],
-            "validations": [{
-                "expression": _ALLOWED,
-                "messageExpression": ("'privileged containers and host device mounts need an active exception for "
-                                      "service account ' + variables.serviceAccount + ' in ' + request.namespace"
-                                      " + ' (request one in the Accelerator Portal)'"),
-                "reason": "Forbidden",
-            }],
-        },
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
+            {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/ephemeralcontainers"],
+             "operations": ["UPDATE"]},
+        ]},
+        "variables": [
+            *cel_variables(),  # containers, one per baseline control, baselineViolations (inventory.k8s.podsecurity)
+            {"name": "serviceAccount", "expression": _SERVICE_ACCOUNT},
+            {"name": "workload", "expression": _WORKLOAD},
+            {"name": "key", "expression": f"request.namespace + {_SEPARATOR} + variables.serviceAccount"},
+        ],
+        "validations": [{"expression": _ALLOWED, "messageExpression": _MESSAGE, "reason": "Forbidden"}],
     }
 
 
-def binding_document(namespaces: list[str]) -> dict[str, Any]:
-    """The binding: tenant namespaces only (drivers and system namespaces legitimately run privileged pods). A
-    missing exception object denies (fail closed); the portal re-applies it within one reconcile."""
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def policy_document() -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy: a pod that violates the baseline Pod Security Standard is admitted only with an
+    exception entry for its namespace and service account (and workload). Pods are checked on CREATE (their security
+    context and volumes are immutable afterwards) and again when ephemeral containers are added (the whole pod, as
+    upstream Pod Security admission does), so an expired exception never blocks the finalizer updates of a running
+    pod. The annotation carries the hash of the spec, so the reconcile notices a policy from an older portal."""
+    spec = _policy_spec()
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": MANAGED_BY,
+                     "annotations": {POLICY_HASH_ANNOTATION: spec_hash(spec)}},
+        "spec": spec,
+    }
+
+
+def binding_document(exempt: list[str]) -> dict[str, Any]:
+    """The binding: every namespace but the exempt system namespaces (enforcement does not depend on tenancy: a
+    namespace nobody was assigned is where an unnoticed privileged pod would run). A missing exception object denies
+    every pod create the binding matches (fail closed) until the portal re-applies it; the portal's own namespaces
+    are exempt, so it keeps running meanwhile."""
+    selector: dict[str, Any] = {}
+    if exempt:  # NotIn needs at least one value; without exemptions every namespace matches
+        selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                          "values": sorted(exempt)}]}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": POLICY_NAME, "labels": MANAGED_BY},
@@ -128,8 +148,7 @@ def binding_document(namespaces: list[str]) -> dict[str, Any]:
             "validationActions": ["Deny"],
             "paramRef": {"name": EXCEPTIONS_NAME, "namespace": PORTAL_SYSTEM_NAMESPACE,
                          "parameterNotFoundAction": "Deny"},
-            "matchResources": {"namespaceSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]}},
+            "matchResources": {"namespaceSelector": selector},
         },
     }
 
@@ -141,7 +160,7 @@ def manages_policy(cluster_id: int) -> bool:
 
 def privileged_documents(cluster_id: int, now: dt.datetime, *, include_policy: bool = True) -> list[dict[str, Any]]:
     """In apply order: the system namespace, the exception object, then the policy and (last, so its param exists
-    first) the binding. Without tenant namespaces there is nothing to bind."""
+    first) the binding."""
     documents: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PORTAL_SYSTEM_NAMESPACE, "labels": MANAGED_BY}},
         {"apiVersion": "v1", "kind": "ConfigMap",
@@ -149,10 +168,7 @@ def privileged_documents(cluster_id: int, now: dt.datetime, *, include_policy: b
          "data": exception_entries(cluster_id, now)},
     ]
     if include_policy:
-        documents.append(policy_document())
-        namespaces = tenant_namespaces(cluster_id)
-        if namespaces:
-            documents.append(binding_document(namespaces))
+        documents += [policy_document(), binding_document(exempt_namespaces(cluster_id))]
     return documents
 
 
@@ -216,8 +232,8 @@ def undone_in_cluster(grant: Grant, now: dt.datetime) -> dict[str, Any] | None:
     if other is not None:
         return {"entry_kept_for_grant": other}
     keys = exception_keys(grant.cluster_id)
-    if keys is not None and grant.exception_key in keys[0]:
-        return None
+    if keys is not None and keys[0] & {grant.exception_key, grant.legacy_exception_key}:
+        return None  # still there (in either format: an exception object from before the upgrade is rewritten)
     return {"exception_object_resource_version": keys[1] if keys else None}
 
 
@@ -418,31 +434,45 @@ def grants_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
 
 
 def _policy_drift(now: dt.datetime) -> set[tuple[int, str]]:
-    """Clusters with tenant namespaces whose exception object or binding differs from the desired state (never
-    applied, deleted, edited, or the tenant namespaces changed): re-apply the privileged scope, at most once a
-    minute per cluster."""
+    """Enabled clusters whose exception object, policy or binding differ from the desired state (never applied,
+    deleted, edited, written by an older portal, the exempt namespaces changed): re-apply the privileged scope, at
+    most once a minute per cluster. Enforcement does not wait for tenant namespaces."""
     scopes = set()
-    clusters = set(TenantNamespace.objects.values_list("cluster_id", flat=True).distinct())
     recent = set(EnforcementSettings.objects.filter(privileged_applied_at__gt=now - dt.timedelta(seconds=60)
                                                     ).values_list("cluster_id", flat=True))
-    for cluster_id in clusters - recent:
+    for cluster_id in Cluster.objects.enabled().exclude(pk__in=recent).values_list("pk", flat=True):
         keys = exception_keys(cluster_id)
-        desired_keys = set(exception_entries(cluster_id, now))
-        if keys is None or keys[0] != desired_keys:
+        stale_entries = keys is None or keys[0] != set(exception_entries(cluster_id, now))
+        if stale_entries or (manages_policy(cluster_id) and policy_problems(cluster_id)):
             scopes.add((cluster_id, ""))
-            continue
-        if manages_policy(cluster_id):
-            raw = AdmissionPolicyBinding.objects.live().filter(cluster_id=cluster_id, name=POLICY_NAME
-                                                               ).values_list("raw", flat=True).first()
-            if raw is None or binding_namespaces(raw) != tenant_namespaces(cluster_id):
-                scopes.add((cluster_id, ""))
     return scopes
 
 
-def binding_namespaces(raw: dict[str, Any]) -> list[str] | None:
-    selector = (((raw.get("spec") or {}).get("matchResources") or {}).get("namespaceSelector") or {})
-    for expression in selector.get("matchExpressions") or []:
-        if isinstance(expression, dict) and expression.get("key") == "kubernetes.io/metadata.name" \
-                and expression.get("operator") == "In":
-            return sorted(str(v) for v in expression.get("values") or [])
-    return None
+def policy_problems(cluster_id: int) -> list[str]:
+    """How the synced policy and binding differ from what the portal would apply (empty: as desired)."""
+    problems = []
+    raw = AdmissionPolicy.objects.live().filter(cluster_id=cluster_id, name=POLICY_NAME).values_list(
+        "raw", flat=True).first()
+    desired = policy_document()
+    if raw is None:
+        problems.append(f"ValidatingAdmissionPolicy {POLICY_NAME} is missing")
+    else:
+        annotations = ((raw.get("metadata") or {}).get("annotations") or {})
+        spec = raw.get("spec") or {}
+        if annotations.get(POLICY_HASH_ANNOTATION) != desired["metadata"]["annotations"][POLICY_HASH_ANNOTATION] \
+                or any(spec.get(part) != desired["spec"][part] for part in ("variables", "validations", "paramKind")):
+            problems.append(f"ValidatingAdmissionPolicy {POLICY_NAME} differs from the portal's (edited, or written "
+                            "by an older portal)")
+    binding = AdmissionPolicyBinding.objects.live().filter(cluster_id=cluster_id, name=POLICY_NAME).values_list(
+        "raw", flat=True).first()
+    if binding is None:
+        problems.append(f"ValidatingAdmissionPolicyBinding {POLICY_NAME} is missing")
+    else:
+        spec, wanted = binding.get("spec") or {}, binding_document(exempt_namespaces(cluster_id))["spec"]
+        if "Deny" not in (spec.get("validationActions") or []):
+            problems.append("the binding no longer denies (validationActions without Deny)")
+        if spec.get("paramRef") != wanted["paramRef"] or spec.get("policyName") != wanted["policyName"] \
+                or (spec.get("matchResources") or {}).get("namespaceSelector") \
+                != wanted["matchResources"]["namespaceSelector"]:
+            problems.append("the binding's namespaces or exception object differ from the portal's")
+    return problems

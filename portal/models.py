@@ -360,6 +360,19 @@ class GrantQuerySet(models.QuerySet["Grant"]):
         return self.filter(request__tenant__in=Tenant.objects.visible_to(user))
 
 
+EXCEPTION_KEY_SEPARATOR = "_"
+EXCEPTION_KEY_MAX = 253  # a ConfigMap data key
+
+
+def exception_key(namespace: str, service_account: str, workload: str = "") -> str:
+    """The exception object's key for a scope: `<namespace>_<service account>[_<workload>]` (an empty service account
+    is "default"). Unambiguous: a namespace (DNS label) and a service account (DNS subdomain) never contain `_`, so the
+    first `_` ends the namespace and the second the service account; the rest, which may contain `_` and `.`, is the
+    workload. Every character is one a ConfigMap key allows (`[-._a-zA-Z0-9]`)."""
+    key = f"{namespace}{EXCEPTION_KEY_SEPARATOR}{service_account or 'default'}"
+    return f"{key}{EXCEPTION_KEY_SEPARATOR}{workload}" if workload else key
+
+
 class Grant(models.Model):
     """What an approved request allows, kept apart from the request: pending → active → expired / revoked.
 
@@ -411,7 +424,13 @@ class Grant(models.Model):
 
     @property
     def exception_key(self) -> str:
-        """The privileged-exception entry: `<namespace>.<service account>[.<workload>]`."""
+        """The privileged-exception entry (see `exception_key`)."""
+        return exception_key(self.namespace, self.service_account, self.workload)
+
+    @property
+    def legacy_exception_key(self) -> str:
+        """The entry as portals before the `_` encoding wrote it (`<namespace>.<service account>[.<workload>]`),
+        ambiguous: only to tell that an old-format entry of this grant is still in a cluster."""
         key = f"{self.namespace}.{self.service_account or 'default'}"
         return f"{key}.{self.workload}" if self.workload else key
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -159,6 +159,8 @@ class PodHolder:
     spec_path: str
     pods: int  # pods that run at the same time (a Job: parallelism, capped by completions)
     namespace: str
+    metadata: dict[str, Any] = field(default_factory=dict)  # the pod's (a Job: the template's) metadata
+    metadata_path: str = ""
 
 
 def pod_holder(index: int, document: dict[str, Any], default_namespace: str = "default") -> PodHolder | None:
@@ -166,7 +168,7 @@ def pod_holder(index: int, document: dict[str, Any], default_namespace: str = "d
     namespace = namespace_of(document, default_namespace)
     if kind == POD:
         return PodHolder(index, document, "Pod", as_dict(document.get("spec")), join(document_path(index), "spec"),
-                         1, namespace)
+                         1, namespace, metadata(document), join(document_path(index), "metadata"))
     if kind == JOB:
         job_spec = as_dict(document.get("spec"))
         template = as_dict(job_spec.get("template"))
@@ -176,7 +178,8 @@ def pod_holder(index: int, document: dict[str, Any], default_namespace: str = "d
         if completions is not None:
             pods = min(pods, max(completions, 0))
         return PodHolder(index, document, "Job", as_dict(template.get("spec")),
-                         join(document_path(index), "spec", "template", "spec"), pods, namespace)
+                         join(document_path(index), "spec", "template", "spec"), pods, namespace,
+                         as_dict(template.get("metadata")), join(document_path(index), "spec", "template", "metadata"))
     return None
 
 

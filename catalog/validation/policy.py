@@ -1,8 +1,10 @@
 """Layer 3: the platform's security and hygiene policy for pod specs (Pods and Job templates, all containers).
 
-Errors are what bypasses device isolation or the node (privileged, SYS_ADMIN, host namespaces, /dev hostPath,
-hand-set *_VISIBLE_DEVICES); warnings are risky but sometimes intended; info is advice. A privileged container needs
-an approved exception ticket in the portal, not a manifest edit.
+Errors are what bypasses device isolation or the node: every violation of the baseline Pod Security Standard
+(inventory.k8s.podsecurity, the same definition the admission policy and the violation scan use: privileged, host
+namespaces, any hostPath, added capabilities, …), and hand-set *_VISIBLE_DEVICES. Warnings are risky but sometimes
+intended; info is advice. A pod that violates the baseline needs an approved exception in the portal, not a
+manifest edit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from catalog.validation.context import ValidationContext
 from catalog.validation.findings import Finding, join, plain, show
 from catalog.validation.objects import PodHolder, as_dict, as_list, as_str, containers, is_extended_resource
+from inventory.k8s.podsecurity import ALLOWED_CAPABILITIES, CONTROL_BY_ID, Violation, baseline_violations
 
 VISIBLE_DEVICES_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 DANGEROUS_CAPABILITIES = {"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"}
@@ -25,15 +28,9 @@ def _finding(severity: str, path: str, message: str, code: str, fix: str = "") -
 
 def check_policy(holder: PodHolder, context: ValidationContext) -> list[Finding]:
     spec, spec_path = holder.spec, holder.spec_path
-    findings: list[Finding] = []
-    for field_name in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(field_name) is True:
-            findings.append(_finding("error", join(spec_path, field_name),
-                                     f"{field_name}: true shares the node's namespace with the pod", "host-namespace",
-                                     f"remove {field_name}"))
-    findings += _host_paths(spec, spec_path)
+    findings = _baseline(holder)
     for what, container, path in containers(spec, spec_path):
-        findings += _security_context(what, container, path)
+        findings += _privilege_escalation(what, container, path)
         findings += _devices(what, container, path)
         if what != "ephemeral container":  # ephemeral containers may not set resources at all
             findings += _requests(what, container, path)
@@ -42,58 +39,102 @@ def check_policy(holder: PodHolder, context: ValidationContext) -> list[Finding]
     return findings
 
 
-def _security_context(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+def _baseline(holder: PodHolder) -> list[Finding]:
+    """Every baseline Pod Security Standard violation (inventory.k8s.podsecurity, the definition the admission
+    policy and the violation scan use) is an error: the pod is refused without a privileged exception."""
     findings = []
+    for violation in baseline_violations(holder.metadata, holder.spec):
+        root, *rest = violation.path
+        path = join(holder.spec_path if root == "spec" else holder.metadata_path, *rest)
+        findings.append(_BASELINE[violation.control](violation, path))
+    return findings
+
+
+def _error(path: str, message: str, code: str, fix: str) -> Finding:
+    return _finding("error", path, message, code, fix + EXCEPTION_HINT)
+
+
+def _in(violation: Violation) -> str:
+    return f"the {violation.container_kind} {show(violation.container)}" if violation.container else "the pod"
+
+
+def _privileged(v: Violation, path: str) -> Finding:
+    return _error(path, f"{_in(v)} is privileged: it sees every device of the node and bypasses GPU isolation",
+                  "privileged", "remove privileged")
+
+
+def _capability(v: Violation, path: str) -> Finding:
+    if isinstance(v.value, str) and v.value.upper() in DANGEROUS_CAPABILITIES:
+        return _error(path, f"capability {show(v.value)} grants SYS_ADMIN, which is close to privileged (mounts, "
+                      "devices)", "capability-sys-admin", "drop it; add only the narrow capability the program needs")
+    return _error(path, f"capability {show(v.value)} of {_in(v)} is not in the default set the baseline allows "
+                  f"({', '.join(sorted(ALLOWED_CAPABILITIES))})", "capability",
+                  "drop it; add only capabilities of the default set")
+
+
+def _host_path(v: Violation, path: str) -> Finding:
+    host_path = as_dict(v.value)
+    raw = as_str(host_path.get("path"))
+    normalized = posixpath.normpath(re.sub(r"^/+", "/", raw)) if raw else ""
+    path = join(path, "path")
+    if normalized == "/dev" or normalized.startswith("/dev/") or host_path.get("type") in ("CharDevice", "BlockDevice"):
+        return _error(path, f"hostPath {show(raw)} mounts host devices into the pod, around the device plugin / DRA "
+                      "driver", "hostpath-device", "request the devices through an extended resource or a ResourceClaim")
+    if normalized == "/":
+        return _error(path, f"hostPath {show(raw)} mounts the node's root filesystem, /dev included",
+                      "hostpath-device", "remove the hostPath volume")
+    return _error(path, f"hostPath {show(raw)} gives the pod the node's filesystem (through /proc a node path "
+                  "reaches the node's root, through a runtime socket every container, through the kubelet's directory "
+                  "every pod's secrets)", "hostpath", "use a PersistentVolumeClaim, ConfigMap or emptyDir instead")
+
+
+def _host_namespace(v: Violation, path: str) -> Finding:
+    name = str(v.path[-1])
+    return _error(path, f"{name}: true shares the node's namespace with the pod", "host-namespace", f"remove {name}")
+
+
+def _simple(code: str, message: str, fix: str) -> Any:
+    def finding(v: Violation, path: str) -> Finding:
+        return _error(path, message.format(where=_in(v), value=show(v.value)), code, fix)
+    return finding
+
+
+EXCEPTION_HINT = "; if a tool truly needs it, request a privileged exception in the portal"
+_BASELINE: dict[str, Any] = {
+    "privileged": _privileged,
+    "capabilities": _capability,
+    "hostPath": _host_path,
+    "hostNamespaces": _host_namespace,
+    "hostPorts": _simple("host-port", "{where} binds hostPort {value} on the node's network", "remove hostPort; "
+                         "expose the port through a Service"),
+    "hostProbes": _simple("probe-host", "{where} probes or hooks the host {value}: the kubelet would connect to "
+                          "another machine on the pod's behalf", "remove host (the pod's IP is the default)"),
+    "appArmor": _simple("apparmor", "{where} sets the AppArmor profile {value}; the baseline allows only "
+                        "RuntimeDefault and Localhost profiles", "remove it or use RuntimeDefault"),
+    "seLinux": _simple("selinux", "{where} sets the SELinux option {value}; the baseline allows only the container "
+                       "types and no user or role", "remove the seLinuxOptions"),
+    "procMount": _simple("proc-mount", "{where} sets procMount {value}: an unmasked /proc exposes the node's "
+                         "kernel interfaces", "remove procMount (or run the pod with hostUsers: false)"),
+    "seccomp": _simple("seccomp", "{where} sets the seccomp profile {value}: Unconfined turns off syscall "
+                       "filtering", "use RuntimeDefault"),
+    "sysctls": _simple("sysctl", "{where} sets the sysctl {value}, which is not in the baseline's safe set",
+                       "remove it, or set it on the node"),
+    "hostProcess": _simple("host-process", "{where} runs as a Windows HostProcess, with the node's privileges",
+                           "remove windowsOptions.hostProcess"),
+}
+if set(_BASELINE) != set(CONTROL_BY_ID):  # a control added to the table must get its finding here
+    raise ImportError(f"catalog.validation.policy has no finding for {sorted(set(CONTROL_BY_ID) - set(_BASELINE))}")
+
+
+def _privilege_escalation(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+    """allowPrivilegeEscalation is a control of the *restricted* profile, not the baseline: a warning, no exception
+    needed."""
     security = as_dict(container.get("securityContext"))
-    security_path = join(path, "securityContext")
-    if security.get("privileged") is True:
-        findings.append(_finding(
-            "error", join(security_path, "privileged"),
-            f"the {what} is privileged: it sees every device of the node and bypasses GPU isolation",
-            "privileged", "remove privileged; if a tool truly needs it, request a privileged exception in the portal",
-        ))
-    elif security.get("allowPrivilegeEscalation") is True:
-        findings.append(_finding(
-            "warning", join(security_path, "allowPrivilegeEscalation"),
-            f"the {what} allows privilege escalation (setuid binaries can gain more privileges than the process)",
-            "allow-privilege-escalation", "set allowPrivilegeEscalation: false",
-        ))
-    added = as_list(as_dict(security.get("capabilities")).get("add"))
-    for position, capability in enumerate(added):
-        if isinstance(capability, str) and capability.upper() in DANGEROUS_CAPABILITIES:
-            findings.append(_finding(
-                "error", join(security_path, "capabilities", "add", position),
-                f"capability {show(capability)} grants SYS_ADMIN, which is close to privileged (mounts, devices)",
-                "capability-sys-admin", "drop it; add only the narrow capability the program needs",
-            ))
-    return findings
-
-
-def _host_paths(spec: dict[str, Any], spec_path: str) -> list[Finding]:
-    findings = []
-    for position, volume in enumerate(as_list(spec.get("volumes"))):
-        host_path = as_dict(as_dict(volume).get("hostPath"))
-        if not host_path:
-            continue
-        path = join(spec_path, "volumes", position, "hostPath")
-        raw = as_str(host_path.get("path"))
-        normalized = posixpath.normpath(re.sub(r"^/+", "/", raw)) if raw else ""
-        device_type = host_path.get("type") in ("CharDevice", "BlockDevice")
-        if normalized == "/dev" or normalized.startswith("/dev/") or device_type:
-            findings.append(_finding(
-                "error", join(path, "path"),
-                f"hostPath {show(raw)} mounts host devices into the pod, around the device plugin / DRA driver",
-                "hostpath-device", "request the devices through an extended resource or a ResourceClaim",
-            ))
-        elif normalized == "/":
-            findings.append(_finding("error", join(path, "path"),
-                                     "hostPath \"/\" mounts the node's root filesystem, /dev included",
-                                     "hostpath-device", "remove the hostPath volume"))
-        else:
-            findings.append(_finding("warning", join(path, "path"),
-                                     f"hostPath {show(raw)} gives the pod access to the node's filesystem",
-                                     "hostpath", "use a PersistentVolumeClaim, ConfigMap or emptyDir instead"))
-    return findings
+    if security.get("allowPrivilegeEscalation") is not True or security.get("privileged") is True:
+        return []
+    return [_finding("warning", join(path, "securityContext", "allowPrivilegeEscalation"),
+                     f"the {what} allows privilege escalation (setuid binaries can gain more privileges than the "
+                     "process)", "allow-privilege-escalation", "set allowPrivilegeEscalation: false")]
 
 
 def _devices(what: str, container: dict[str, Any], path: str) -> list[Finding]:

@@ -224,6 +224,15 @@ PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", d
 # Quota approval thresholds apply to a namespace's total increase of an offering within this many days (pending and
 # granted requests), so ten small requests need the approvals one big request would (docs/quota.md).
 PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS = env.int("PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS", default=30)
+# Namespaces where the privileged-container policy is not bound and the violation scan does not look (docs/access.md
+# "System namespaces"): Kubernetes' own, the portal's own, and the GPU operator and NVIDIA DRA driver, whose node
+# agents need host access by design. Everything else is enforced, namespaces of no tenant included; a namespace
+# assigned to a tenant is enforced even when listed. Operators add namespaces with the second list.
+PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES = env.list("PORTAL_ENFORCEMENT_EXEMPT_NAMESPACES", default=[
+    "kube-system", "kube-public", "kube-node-lease", "accelerator-portal", "accelerator-portal-system",
+    "gpu-operator", "nvidia-dra-driver-gpu",
+])
+PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES = env.list("PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES", default=[])
 # The feasibility explainer reuses a cluster's scheduling snapshot (nodes, bound pods, DRA objects) this long.
 PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SECONDS", default=15.0)
 

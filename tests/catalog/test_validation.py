@@ -25,6 +25,7 @@ from catalog.validation import (
     validate_manifest,
 )
 from catalog.validation.semantics import ADMIN_ACCESS_MESSAGE
+from tests.podsecurity_cases import CASE_IDS, CASES, Case
 
 NS = "team-ml"
 
@@ -754,7 +755,11 @@ def test_sys_admin_capability_is_an_error(capability: str) -> None:
     ("/dev/nvidiactl", "hostpath-device", "error"),
     ("//dev/../dev/./nvidia-uvm", "hostpath-device", "error"),
     ("/", "hostpath-device", "error"),
-    ("/var/log", "hostpath", "warning"),
+    ("//", "hostpath-device", "error"),
+    ("/./dev", "hostpath-device", "error"),
+    ("/var/log", "hostpath", "error"),  # any hostPath violates the baseline Pod Security Standard
+    ("/proc/1/root", "hostpath", "error"),
+    ("/run/containerd/containerd.sock", "hostpath", "error"),
 ])
 def test_host_paths(path: str, code: str, severity: str) -> None:
     volumes = [{"name": "host", "hostPath": {"path": path}}]
@@ -763,6 +768,34 @@ def test_host_paths(path: str, code: str, severity: str) -> None:
     finding = only(report, code)
     assert finding.severity == severity
     assert finding.path == "documents[0].spec.volumes[0].hostPath.path"
+
+
+# The shared case list (tests/podsecurity_cases.py): the admission policy and the violation scan run the same cases.
+CODES = {"privileged": {"privileged"}, "capabilities": {"capability", "capability-sys-admin"},
+         "hostPath": {"hostpath", "hostpath-device"}, "hostNamespaces": {"host-namespace"}, "hostPorts": {"host-port"},
+         "hostProbes": {"probe-host"}, "appArmor": {"apparmor"}, "seLinux": {"selinux"}, "procMount": {"proc-mount"},
+         "seccomp": {"seccomp"}, "sysctls": {"sysctl"}, "hostProcess": {"host-process"}}
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_policy_layer_errors_exactly_for_the_shared_cases(case: Case) -> None:
+    document = case.pod("case")
+    document["metadata"]["namespace"] = NS
+    report = run(document)
+    assert not [f for f in report.findings if f.layer in ("parse", "schema") and f.severity == "error"]
+    found = codes(report, "policy", "error")
+    assert bool(found) is case.needs_exception, (case.id, report.findings)
+    assert {control for control, known in CODES.items() if known & set(found)} == case.violates, found
+    as_job = job(containers=document["spec"]["containers"], **{k: v for k, v in document["spec"].items()
+                                                               if k != "containers"})
+    as_job["spec"]["template"]["metadata"] = {"annotations": case.annotations}
+    assert bool(codes(run(as_job), "policy", "error")) is case.needs_exception  # a pod template, the same
+
+
+def test_every_baseline_control_has_a_finding_code() -> None:
+    from inventory.k8s.podsecurity import CONTROL_BY_ID
+
+    assert set(CODES) == set(CONTROL_BY_ID)
 
 
 def test_char_device_host_path_is_an_error() -> None:

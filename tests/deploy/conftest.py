@@ -132,8 +132,8 @@ def applied_documents(monkeypatch: pytest.MonkeyPatch, tenant: str) -> list[Doc]
     from portal import enforcement, quota
 
     monkeypatch.setattr(quota, "desired_hard", lambda cluster_id, namespace: {"requests.nvidia.com/gpu": "4"})
-    monkeypatch.setattr(enforcement, "exception_entries", lambda cluster_id, now: {f"{tenant}.runner": "grant=1"})
-    monkeypatch.setattr(enforcement, "tenant_namespaces", lambda cluster_id: [tenant])
+    monkeypatch.setattr(enforcement, "exception_entries", lambda cluster_id, now: {f"{tenant}_runner": "grant=1"})
+    monkeypatch.setattr(enforcement, "exempt_namespaces", lambda cluster_id: ["kube-system"])
     grants = SimpleNamespace(filter=lambda *a, **k: SimpleNamespace(exists=lambda: True))
     monkeypatch.setattr(enforcement, "Grant", SimpleNamespace(objects=grants))
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -9,62 +9,28 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-import yaml
 from kubernetes.client.rest import ApiException
 
 from kubesim import Simulator
 from kubesim.admission import CompiledPolicy
+from portal.enforcement import binding_document, policy_document
+from tests.podsecurity_cases import CASE_IDS, CASES, Case
 
 from .conftest import request
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 POLICY_NAME = "accelerator-portal-privileged"
 EXCEPTIONS = "/api/v1/namespaces/accelerator-portal-system/configmaps"
-PORTAL_POLICY = """\
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: accelerator-portal-privileged}
-spec:
-  failurePolicy: Fail
-  paramKind: {apiVersion: v1, kind: ConfigMap}
-  matchConstraints:
-    resourceRules:
-    - {apiGroups: [""], apiVersions: ["v1"], resources: ["pods"], operations: ["CREATE", "UPDATE"]}
-  variables:
-  - name: containers
-    expression: "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
-  - name: privileged
-    expression: "variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-  - name: hostDevices
-    expression: "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && (v.hostPath.path == '/' || v.hostPath.path.startsWith('/dev')))"
-  - name: serviceAccount
-    expression: "has(object.spec.serviceAccountName) && object.spec.serviceAccountName != '' ? object.spec.serviceAccountName : 'default'"
-  - name: workload
-    expression: "has(object.metadata.labels) && 'app.kubernetes.io/name' in object.metadata.labels ? object.metadata.labels['app.kubernetes.io/name'] : ''"
-  - name: key
-    expression: "object.metadata.namespace + '.' + variables.serviceAccount"
-  validations:
-  - expression: "!(variables.privileged || variables.hostDevices) || (has(params.data) && (variables.key in params.data || (variables.workload != '' && (variables.key + '.' + variables.workload) in params.data)))"
-    messageExpression: "'privileged containers and host device mounts need an active exception for service account ' + variables.serviceAccount + ' (request one in the Accelerator Portal)'"
-    reason: Forbidden
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: accelerator-portal-privileged}
-spec:
-  policyName: accelerator-portal-privileged
-  validationActions: [Deny]
-  paramRef: {name: privileged-exceptions, namespace: accelerator-portal-system, parameterNotFoundAction: Deny}
-  matchResources:
-    namespaceSelector:
-      matchExpressions:
-      - {key: kubernetes.io/metadata.name, operator: In, values: [ml-research, vision]}
-"""
+EXEMPT = ["accelerator-portal-system", "batch", "kube-system"]  # "batch" plays a system namespace here
 DENIED_PREFIX = f"ValidatingAdmissionPolicy '{POLICY_NAME}' with binding '{POLICY_NAME}' denied request: "
 NEEDS_EXCEPTION = (
-    "privileged containers and host device mounts need an active exception for service account {sa} "
-    "(request one in the Accelerator Portal)"
+    "the pod violates the baseline Pod Security Standard ({controls}) and needs an active exception for service "
+    "account {sa} in {ns} (request one in the Accelerator Portal)"
 )
+
+
+def needs_exception(sa: str, ns: str = "ml-research", controls: str = "privileged") -> str:
+    return NEEDS_EXCEPTION.format(sa=sa, ns=ns, controls=controls)
 PARAM_MISSING = "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
 
 
@@ -114,7 +80,8 @@ def installed(sim: Simulator, *docs: dict) -> Iterator[None]:
 
 
 def portal_policy() -> list[dict]:
-    return list(yaml.safe_load_all(PORTAL_POLICY))
+    """The portal's own policy and binding, as portal.enforcement generates them (never a hand-written copy)."""
+    return [policy_document(), binding_document(EXEMPT)]
 
 
 def exceptions(**data: str) -> dict:
@@ -176,11 +143,11 @@ def denial(excinfo) -> tuple[int, str, dict]:
 
 # ------------------------------------------------------------------------------------------------ the portal policy
 def test_privileged_pod_denied_without_exception(vsim, core):
-    other_key = exceptions(**{"vision.default": "2026-02-01T00:00:00Z"})
+    other_key = exceptions(vision_default="2026-02-01T00:00:00Z")
     with installed(vsim, *portal_policy(), other_key), pytest.raises(ApiException) as excinfo:
         create_pod(core, "ml-research", pod("dbg", privileged=True, sa="debug"))
     code, phrase, status = denial(excinfo)
-    message = DENIED_PREFIX + NEEDS_EXCEPTION.format(sa="debug")
+    message = DENIED_PREFIX + needs_exception("debug")
     assert (code, phrase) == (403, "Forbidden")
     assert status == {
         "kind": "Status",
@@ -196,29 +163,31 @@ def test_privileged_pod_denied_without_exception(vsim, core):
 
 
 def test_exception_key_admits_the_service_account(vsim, core):
-    with installed(vsim, *portal_policy(), exceptions(**{"ml-research.debug": "2026-02-01T00:00:00Z"})):
+    with installed(vsim, *portal_policy(), exceptions(**{"ml-research_debug": "2026-02-01T00:00:00Z"})):
         created = create_pod(core, "ml-research", pod("dbg-ok", privileged=True, sa="debug"))
         assert created.metadata.namespace == "ml-research"
         with pytest.raises(ApiException) as excinfo:  # another service account has no exception
             create_pod(core, "ml-research", pod("dbg-other", privileged=True))
-        assert json.loads(excinfo.value.body)["message"].endswith(NEEDS_EXCEPTION.format(sa="default"))
+        assert json.loads(excinfo.value.body)["message"].endswith(needs_exception("default"))
     core.delete_namespaced_pod("dbg-ok", "ml-research")
 
 
-def test_unprivileged_pods_are_always_admitted(vsim, core):
+def test_baseline_pods_are_always_admitted(vsim, core):
     with installed(vsim, *portal_policy(), exceptions()):
         assert create_pod(core, "ml-research", pod("plain")).metadata.name == "plain"
-        assert create_pod(core, "vision", pod("plain-data", host_path="/data")).metadata.name == "plain-data"
+        assert create_pod(core, "default", pod("plain")).metadata.name == "plain"  # a namespace of no tenant
     core.delete_namespaced_pod("plain", "ml-research")
-    core.delete_namespaced_pod("plain-data", "vision")
+    core.delete_namespaced_pod("plain", "default")
 
 
-def test_host_device_mount_needs_an_exception(vsim, core):
+@pytest.mark.parametrize("path", ["/dev/infiniband", "/data", "//", "/./dev", "/proc/1/root"])
+def test_any_host_path_needs_an_exception(vsim, core, path):
     with installed(vsim, *portal_policy(), exceptions()), pytest.raises(ApiException) as excinfo:
-        create_pod(core, "vision", pod("rdma", host_path="/dev/infiniband", sa="rdma"))
+        create_pod(core, "vision", pod("rdma", host_path=path, sa="rdma"))
     code, _, status = denial(excinfo)
     assert code == 403
-    assert status["message"] == f'pods "rdma" is forbidden: {DENIED_PREFIX}{NEEDS_EXCEPTION.format(sa="rdma")}'
+    message = needs_exception("rdma", "vision", "hostPath volumes")
+    assert status["message"] == f'pods "rdma" is forbidden: {DENIED_PREFIX}{message}'
 
 
 def test_policy_does_not_apply_in_unbound_namespaces(vsim, core):
@@ -228,7 +197,7 @@ def test_policy_does_not_apply_in_unbound_namespaces(vsim, core):
 
 
 def test_workload_key_admits_one_workload(vsim, core):
-    key = {"ml-research.default.nccl-tests": "2026-02-01T00:00:00Z"}
+    key = {"ml-research_default_nccl-tests": "2026-02-01T00:00:00Z"}
     labelled = pod("nccl", privileged=True, labels={"app.kubernetes.io/name": "nccl-tests"})
     with installed(vsim, *portal_policy(), exceptions(**key)):
         assert create_pod(core, "ml-research", labelled).metadata.name == "nccl"
@@ -255,10 +224,85 @@ def test_missing_param_with_allow_skips_the_binding(vsim, core):
     core.delete_namespaced_pod("allowed", "ml-research")
 
 
+def test_exception_keys_do_not_collide(vsim, core):
+    """service account "runner" with workload "diag" and service account "runner.diag" are different scopes (the old
+    `<ns>.<sa>.<workload>` key made both "ml-research.runner.diag")."""
+    diag = {"app.kubernetes.io/name": "diag"}
+    with installed(vsim, *portal_policy(), exceptions(**{"ml-research_runner_diag": "grant=1"})):
+        assert create_pod(core, "ml-research", pod("runner-diag", privileged=True, sa="runner", labels=diag))
+        with pytest.raises(ApiException):
+            create_pod(core, "ml-research", pod("dotted", privileged=True, sa="runner.diag"))
+    with installed(vsim, *portal_policy(), exceptions(**{"ml-research_runner.diag": "grant=2"})):
+        assert create_pod(core, "ml-research", pod("dotted", privileged=True, sa="runner.diag"))
+        with pytest.raises(ApiException):
+            create_pod(core, "ml-research", pod("runner-diag-2", privileged=True, sa="runner", labels=diag))
+    for name in ("runner-diag", "dotted"):
+        core.delete_namespaced_pod(name, "ml-research")
+
+
+def add_ephemeral(vsim, namespace: str, name: str, container: dict):
+    """`kubectl debug`'s request: a strategic merge patch of the pods/ephemeralcontainers subresource."""
+    return request(vsim, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers",
+                   {"spec": {"ephemeralContainers": [container]}},
+                   headers={"Content-Type": "application/strategic-merge-patch+json"})
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_shared_cases_through_the_generated_policy(vsim, core, case: Case):
+    """The shared case list through the policy portal.enforcement generates, over real HTTP: a pod that violates the
+    baseline is refused without an exception and admitted with one; an ephemeral container is checked when it is
+    added through the pods/ephemeralcontainers subresource."""
+    name = f"case-{CASE_IDS.index(case.id)}"
+    body = case.pod(name, with_ephemeral=False)
+    with installed(vsim, *portal_policy(), exceptions()):
+        if case.ephemeral is None:
+            r = request(vsim, "POST", "/api/v1/namespaces/ml-research/pods", body)
+            assert r.status == (403 if case.needs_exception else 201), r.body
+        else:
+            assert request(vsim, "POST", "/api/v1/namespaces/ml-research/pods", body).status == 201
+            r = add_ephemeral(vsim, "ml-research", name, case.ephemeral_container())
+            assert r.status == (403 if case.needs_exception else 200), r.body
+            stored = vsim.store.get("pods", "ml-research", name)["spec"].get("ephemeralContainers")
+            assert bool(stored) is not case.needs_exception
+        if case.needs_exception:
+            assert "the pod violates the baseline Pod Security Standard" in r.json()["message"]
+    if case.needs_exception:  # the same pod with an exception for its service account
+        key = {"ml-research_default": "grant=1"}
+        with installed(vsim, *portal_policy(), exceptions(**key)):
+            if case.ephemeral is None:
+                assert request(vsim, "POST", "/api/v1/namespaces/ml-research/pods", body).status == 201
+            else:
+                assert add_ephemeral(vsim, "ml-research", name, case.ephemeral_container()).status == 200
+    request(vsim, "DELETE", f"/api/v1/namespaces/ml-research/pods/{name}")
+
+
+def test_ephemeral_container_subresource_keeps_the_rest_of_the_pod(vsim):
+    body = pod("eph")
+    assert request(vsim, "POST", "/api/v1/namespaces/vision/pods", body).status == 201
+    sneaky = {"name": "dbg", "image": "busybox", "targetContainerName": "main"}
+    r = request(vsim, "PATCH", "/api/v1/namespaces/vision/pods/eph/ephemeralcontainers",
+                {"spec": {"ephemeralContainers": [sneaky], "containers": [{"name": "main", "image": "other"}]}},
+                headers={"Content-Type": "application/strategic-merge-patch+json"})
+    assert r.status == 200, r.body
+    stored = vsim.store.get("pods", "vision", "eph")
+    assert stored["spec"]["ephemeralContainers"] == [sneaky]
+    assert stored["spec"]["containers"][0]["image"] == "busybox"  # only ephemeral containers change
+    changed = {**sneaky, "image": "other"}
+    r = add_ephemeral(vsim, "vision", "eph", changed)
+    assert r.status == 422
+    assert "may not be removed or changed" in r.json()["message"]
+    assert request(vsim, "GET", "/api/v1/namespaces/vision/pods/eph/ephemeralcontainers").json()["spec"][
+        "ephemeralContainers"] == [sneaky]
+    request(vsim, "DELETE", "/api/v1/namespaces/vision/pods/eph")
+
+
 def test_update_patch_and_apply_are_admitted(vsim, core):
+    """Every write flavour goes through admission (the portal's policy, here also bound to pod UPDATEs)."""
     create_pod(core, "ml-research", pod("upd", sa="debug"))
     privileged = {"spec": {"containers": [{"name": "main", "securityContext": {"privileged": True}}]}}
-    with installed(vsim, *portal_policy(), exceptions()):
+    docs = portal_policy()
+    docs[0]["spec"]["matchConstraints"]["resourceRules"][0]["operations"] = ["CREATE", "UPDATE"]
+    with installed(vsim, *docs, exceptions()):
         with pytest.raises(ApiException) as excinfo:
             core.patch_namespaced_pod("upd", "ml-research", privileged)
         assert excinfo.value.status == 403
@@ -277,7 +321,7 @@ def test_update_patch_and_apply_are_admitted(vsim, core):
             headers={"Content-Type": "application/apply-patch+yaml"},
         )
         assert r.status == 403
-        assert r.json()["message"].endswith(NEEDS_EXCEPTION.format(sa="debug"))
+        assert r.json()["message"].endswith(needs_exception("debug"))
         new = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "applied"}, **privileged}
         r = request(
             vsim,
@@ -316,7 +360,7 @@ def test_warn_action_sends_a_warning_header(vsim, core):
     assert code == 201
     text = (
         f"Validation failed for ValidatingAdmissionPolicy '{POLICY_NAME}' with binding '{POLICY_NAME}': "
-        + NEEDS_EXCEPTION.format(sa="default")
+        + needs_exception("default")
     )
     assert headers.get_all("Warning") == [f'299 - "{text}"']
     core.delete_namespaced_pod("warned", "ml-research")

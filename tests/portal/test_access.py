@@ -5,6 +5,7 @@ each with its audit event. Cluster writes are only enqueued here (tests/portal/t
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.utils import timezone
@@ -21,7 +22,7 @@ from portal.access import (
     grant_revoke,
     reviewable_by,
 )
-from portal.models import AccessPolicy, AccessRequest, Grant, Notification
+from portal.models import AccessPolicy, AccessRequest, Grant, Notification, exception_key
 from portal.roles import Role
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory
@@ -89,7 +90,24 @@ def test_two_distinct_approvals_issue_a_pending_grant(world, django_capture_on_c
 def test_privileged_request_scope_and_exception_key(world) -> None:
     grant = _approve_twice(world, _request(world, "privileged", workload="nccl-tests"))
     assert (grant.service_account, grant.workload) == ("debug", "nccl-tests")
-    assert grant.exception_key == "ml-research.debug.nccl-tests"
+    assert grant.exception_key == "ml-research_debug_nccl-tests"
+
+
+def test_exception_keys_are_unambiguous_config_map_keys() -> None:
+    """sa=runner, workload=diag and sa=runner.diag were both "ns.runner.diag": one grant admitted the other's pods."""
+    runner_diag = Grant(namespace="ml", service_account="runner", workload="diag")
+    dotted = Grant(namespace="ml", service_account="runner.diag")
+    assert runner_diag.legacy_exception_key == dotted.legacy_exception_key  # the old encoding collided
+    assert runner_diag.exception_key == "ml_runner_diag" != dotted.exception_key == "ml_runner.diag"
+    scopes = [("ml", "runner", "diag"), ("ml", "runner.diag", ""), ("ml", "runner", "diag_x"), ("ml", "runner", ""),
+              ("ml", "", ""), ("ml-a", "b.c", "d.e_f-g"), ("ml", "runner", "diag.x"), ("ml", "runner.diag", "x")]
+    keys = [exception_key(*scope) for scope in scopes]
+    assert len(set(keys)) == len(set(scopes)) == len(scopes)
+    for (namespace, account, workload), key in zip(scopes, keys, strict=True):
+        assert re.fullmatch(r"[-._a-zA-Z0-9]+", key)
+        parsed_namespace, parsed_account, *rest = key.split("_", 2)  # namespaces and accounts have no "_"
+        assert (parsed_namespace, parsed_account, rest[0] if rest else "") == (namespace, account or "default",
+                                                                               workload)
 
 
 def test_self_approval_is_refused(world) -> None:
@@ -194,6 +212,7 @@ def test_withdraw_only_by_the_requester_and_only_while_submitted(world) -> None:
     ("privileged", {"service_account": ""}, "service account"),
     ("privileged", {"service_account": "Debug_SA"}, "not a valid service account"),
     ("privileged", {"workload": "bad label!"}, "label value"),
+    ("privileged", {"service_account": "a" * 250}, "may have at most 253 characters"),
     ("admin-access", {"namespace": "vision"}, "Only members"),
     ("admin-access", {"namespace": "kube-system"}, "belongs to no tenant"),
     ("admin-access", {"reason": "  "}, "reason"),
@@ -355,7 +374,7 @@ def test_api_flow_request_reviews_revoke_with_errors_and_scoping(world) -> None:
     assert api(outsider).get(f"/api/v1/access-requests/{pk}/").status_code == 404
     assert api(outsider).get(f"/api/v1/grants/{grant_id}/").status_code == 404
     grant = api(world["member"]).get(f"/api/v1/grants/{grant_id}/").json()
-    assert (grant["state"], grant["exception_key"]) == ("pending", "ml-research.debug")
+    assert (grant["state"], grant["exception_key"]) == ("pending", "ml-research_debug")
     assert api(world["member"]).post(f"/api/v1/grants/{grant_id}/revoke/", {"reason": "x"},
                                      format="json").status_code == 400
     assert api(world["sec1"]).post(f"/api/v1/grants/{grant_id}/revoke/", {}, format="json").status_code == 400

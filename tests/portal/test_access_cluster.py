@@ -5,10 +5,12 @@ server; violations detected from synced data; the policy manifests valid against
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+from django.db import connection
 from django.utils import timezone
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
@@ -27,18 +29,27 @@ from portal.enforcement import (
     POLICY_NAME,
     enforcement_apply,
     enforcement_apply_failed,
+    exception_keys,
+    exempt_namespaces,
     grants_confirm,
+    policy_document,
+    policy_problems,
     privileged_documents,
+    undone_in_cluster,
 )
-from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, Violation
+from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, TenantNamespace, Violation
 from portal.quota import FIELD_MANAGER
 from portal.roles import Role
 from portal.violations import scan_cluster
 from tests.conftest import make_user
+from tests.kubesim.conftest import request
+from tests.podsecurity_cases import CASES
 from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.slow
 HOUR = dt.timedelta(hours=1)
+EXEMPT = ["accelerator-portal", "accelerator-portal-system", "gpu-operator", "kube-node-lease", "kube-public",
+          "kube-system", "nvidia-dra-driver-gpu"]  # the documented default (docs/access.md)
 
 
 @pytest.fixture
@@ -195,11 +206,11 @@ def test_privileged_pod_is_a_violation_until_an_exception_is_granted_and_the_pol
     grant = _granted(world, "privileged", service_account="debug")
     assert enforcement_apply(cluster_id=cluster.pk, namespace="") == "applied"
     exceptions = sim.store.get_stored("configmaps", PORTAL_SYSTEM_NAMESPACE, EXCEPTIONS_NAME).obj
-    assert exceptions["data"] == {"ml-research.debug": f"grant={grant.pk} until={grant.ends_at.isoformat()}"}
+    assert exceptions["data"] == {"ml-research_debug": f"grant={grant.pk} until={grant.ends_at.isoformat()}"}
     assert sim.store.get_stored("validatingadmissionpolicies", None, POLICY_NAME) is not None
     binding = sim.store.get_stored("validatingadmissionpolicybindings", None, POLICY_NAME).obj
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "gpu-admin", "ml-research"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [{
+        "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": sorted(EXEMPT)}]
     _sync(cluster)
     assert grants_confirm()["activated"] == 1
     scan_cluster(cluster.pk)
@@ -216,7 +227,7 @@ def test_privileged_pod_is_a_violation_until_an_exception_is_granted_and_the_pol
 
     grant_revoke(actor=world["reviewers"][0], grant_id=grant.pk, reason="incident closed")
     enforcement_apply(cluster_id=cluster.pk, namespace="")
-    assert "ml-research.debug" not in (sim.store.get_stored("configmaps", PORTAL_SYSTEM_NAMESPACE,
+    assert "ml-research_debug" not in (sim.store.get_stored("configmaps", PORTAL_SYSTEM_NAMESPACE,
                                                             EXCEPTIONS_NAME).obj.get("data") or {})
     with pytest.raises(ApiException):
         core.create_namespaced_pod("ml-research", _pod("sweep-2", "debug"))
@@ -292,3 +303,139 @@ def test_conflicts_and_unreachable_clusters_are_recorded_on_the_grant(world) -> 
     grant.refresh_from_db()
     assert "503" in grant.apply_error
     assert grant.state == "pending"  # never active without the cluster's confirmation
+
+
+# ------------------------------------------------------------------------------------------------ the baseline definition
+
+
+def _create_namespace(core, name: str) -> None:
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def _add_ephemeral(sim, namespace: str, name: str, container: dict) -> int:
+    return request(sim, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers",
+                   {"spec": {"ephemeralContainers": [container]}},
+                   headers={"Content-Type": "application/strategic-merge-patch+json"}).status
+
+
+def test_the_scan_flags_exactly_the_shared_cases_that_violate_the_baseline(world) -> None:
+    """The shared case list (tests/podsecurity_cases.py) as running pods in a namespace of no tenant: after a sync,
+    the scan (its SQL prefilter included) flags exactly the cases that need an exception."""
+    sim, cluster, core = world["sim"], world["cluster"], world["core"]
+    _create_namespace(core, "cases")
+    names = {}
+    for position, case in enumerate(CASES):
+        name = names[case.id] = f"case-{position}"
+        assert request(sim, "POST", "/api/v1/namespaces/cases/pods", case.pod(name, with_ephemeral=False)).status == 201
+        if case.ephemeral is not None:  # added afterwards, as `kubectl debug` does
+            assert _add_ephemeral(sim, "cases", name, case.ephemeral_container()) == 200
+    _sync(cluster)
+    scan_cluster(cluster.pk)
+    flagged = {v.subject: v for v in _open(cluster, "privileged-without-exception") if v.namespace == "cases"}
+    assert set(flagged) == {f"pod/cases/{names[c.id]}" for c in CASES if c.needs_exception}
+    for case in CASES:
+        if case.needs_exception:
+            evidence = flagged[f"pod/cases/{names[case.id]}"].evidence
+            assert {v["control"] for v in evidence["violations"]} == case.violates, case.id
+    assert connection.vendor == "postgresql"  # so the jsonb-text prefilter above was the one that ran
+
+
+def test_a_namespace_of_no_tenant_is_enforced_and_scanned_and_system_namespaces_are_not(world) -> None:
+    cluster, core = world["cluster"], world["core"]
+    _create_namespace(core, "scratch")  # nobody assigned it to a tenant
+    assert not TenantNamespace.objects.filter(cluster=cluster, namespace="scratch").exists()
+    core.create_namespaced_pod("scratch", {**_pod("before", "default"), "metadata": {"name": "before"}})
+    core.create_namespaced_pod("kube-system", {**_pod("agent", "default"), "metadata": {"name": "agent"}})
+    _sync(cluster)
+    scan_cluster(cluster.pk)
+    assert {v.subject for v in _open(cluster, "privileged-without-exception")} == {
+        "pod/ml-research/nccl-debug", "pod/scratch/before"}  # not the kube-system agent
+
+    assert enforcement_apply(cluster_id=cluster.pk, namespace="") == "applied"  # no grant needed to enforce
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("scratch", {**_pod("after", "default"), "metadata": {"name": "after"}})
+    assert "ValidatingAdmissionPolicy 'accelerator-portal-privileged'" in str(refused.value.body)
+    core.create_namespaced_pod("kube-system", {**_pod("agent-2", "default"), "metadata": {"name": "agent-2"}})
+    core.create_namespaced_pod("scratch", {**_pod("plain", "default", privileged=False),
+                                           "metadata": {"name": "plain"}})
+
+
+def test_a_tenant_namespace_is_enforced_even_when_listed_as_exempt(world, settings) -> None:
+    settings.PORTAL_ENFORCEMENT_EXTRA_EXEMPT_NAMESPACES = ["ml-research", "scratch"]
+    assert exempt_namespaces(world["cluster"].pk) == sorted([*EXEMPT, "scratch"])
+
+
+def _apply_as_an_older_portal(cluster, entries: dict[str, str], *documents: dict) -> None:
+    """The system namespace, an exception object with `entries` and `documents`, under the portal's field manager."""
+    old = client_for(cluster)
+    try:
+        for document in [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PORTAL_SYSTEM_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "data": entries,
+             "metadata": {"name": EXCEPTIONS_NAME, "namespace": PORTAL_SYSTEM_NAMESPACE}},
+            *documents,
+        ]:
+            assert old.apply(document, field_manager=FIELD_MANAGER).applied
+    finally:
+        old.close()
+
+
+def _legacy_documents(namespaces: list[str]) -> list[dict]:
+    docs = list(yaml.safe_load_all((Path(__file__).parent / "legacy_privileged_policy.yaml").read_text()))
+    docs[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] = namespaces
+    return docs
+
+
+def test_an_upgrade_rewrites_old_exception_keys_and_the_old_policy_in_one_reconcile(world) -> None:
+    """A cluster as an older portal left it: `<ns>.<sa>[.<workload>]` keys and the hand-written policy bound to the
+    tenant namespaces. One reconcile (drift → apply) converges: new keys only, the generated policy, the binding
+    everywhere; the in-force grant still admits its pod and nothing else does."""
+    sim, cluster, core = world["sim"], world["cluster"], world["core"]
+    grant = _granted(world, "privileged", service_account="runner", workload="diag")
+    Grant.objects.filter(pk=grant.pk).update(state="active", activated_at=timezone.now(),
+                                             apply_attempted_at=timezone.now())
+    _apply_as_an_older_portal(cluster, {grant.legacy_exception_key: f"grant={grant.pk}"},
+                              *_legacy_documents(["gpu-admin", "ml-research"]))
+    diag = {"app.kubernetes.io/name": "diag"}
+    # Before: the old key is ambiguous, so service account "runner.diag" passes too, and hostPID is not checked.
+    core.create_namespaced_pod("ml-research", _labelled(_pod("dotted-before", "runner.diag"), {}))
+    core.create_namespaced_pod("ml-research", {**_pod("pid-before", "default", privileged=False),
+                                               "spec": {"hostPID": True, "containers": [{"name": "m", "image": "x"}]}})
+    _sync(cluster)
+    assert policy_problems(cluster.pk)
+    EnforcementSettings.objects.update_or_create(cluster=cluster, defaults={"privileged_applied_at": None})
+    assert grants_confirm()["reenqueued"] >= 1
+    assert enforcement_apply(cluster_id=cluster.pk, namespace="") == "applied"  # what the enqueued task runs
+
+    data = sim.store.get_stored("configmaps", PORTAL_SYSTEM_NAMESPACE, EXCEPTIONS_NAME).obj["data"]
+    assert set(data) == {"ml-research_runner_diag"}
+    stored = sim.store.get_stored("validatingadmissionpolicies", None, POLICY_NAME).obj
+    assert stored["spec"]["variables"] == policy_document()["spec"]["variables"]
+    _sync(cluster)
+    assert policy_problems(cluster.pk) == []
+    assert exception_keys(cluster.pk)[0] == {"ml-research_runner_diag"}
+    core.create_namespaced_pod("ml-research", _labelled(_pod("granted", "runner"), diag))
+    for refused_pod in (_pod("dotted-after", "runner.diag"), _labelled(_pod("other", "runner"), {}),
+                        {**_pod("pid-after", "default", privileged=False),
+                         "spec": {"hostPID": True, "containers": [{"name": "m", "image": "x"}]}}):
+        with pytest.raises(ApiException):
+            core.create_namespaced_pod("ml-research", refused_pod)
+    grant.refresh_from_db()
+    assert grant.state == "active"
+
+
+def test_an_ended_grant_is_not_cleaned_up_while_its_old_format_key_remains(world) -> None:
+    cluster = world["cluster"]
+    grant = _granted(world, "privileged", service_account="debug")
+    _apply_as_an_older_portal(cluster, {grant.legacy_exception_key: f"grant={grant.pk}"})
+    grant_revoke(actor=world["reviewers"][0], grant_id=grant.pk, reason="done")
+    _sync(cluster)
+    grant.refresh_from_db()
+    assert undone_in_cluster(grant, timezone.now()) is None  # "ml-research.debug" still admits its pods
+    enforcement_apply(cluster_id=cluster.pk, namespace="")
+    _sync(cluster)
+    assert undone_in_cluster(grant, timezone.now()) is not None
+
+
+def _labelled(pod: dict, labels: dict) -> dict:
+    return {**pod, "metadata": {**pod["metadata"], "labels": labels}}
