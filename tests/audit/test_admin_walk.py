@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -43,6 +44,24 @@ def kubeconfig(token: str) -> str:
     return ("apiVersion: v1\nclusters: [{name: walk, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
             f"users: [{{name: walk, user: {{token: {token}}}}}]\n"
             "contexts: [{name: walk, context: {cluster: walk, user: walk}}]\ncurrent-context: walk\n")
+
+
+_KUBECONFIG_DIR: dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True)
+def _kubeconfig_dir(settings: Any, tmp_path: Path) -> None:
+    """Kubeconfig files are read only under the operator's directory (docs/deploy.md): give the walk one."""
+    directory = tmp_path / "kubeconfigs"
+    directory.mkdir()
+    for name in ("walk.kubeconfig", "k.yaml"):
+        (directory / name).write_text(kubeconfig("walk-file-token"))
+    settings.PORTAL_KUBECONFIG_DIR = str(directory)
+    _KUBECONFIG_DIR["path"] = directory
+
+
+def _in_dir(name: str) -> str:
+    return str(_KUBECONFIG_DIR["path"] / name)
 
 
 def _unique(prefix: str) -> str:
@@ -104,7 +123,7 @@ RECIPES: dict[str, Recipe] = {
                      "sync_enabled": "on"},
         changes=[
             lambda: {"kubeconfig": kubeconfig(TOKEN_B)},  # kubeconfig replaced
-            lambda: {"connection": "kubeconfig_path", "kubeconfig_path": "/etc/portal/walk.kubeconfig",
+            lambda: {"connection": "kubeconfig_path", "kubeconfig_path": _in_dir("walk.kubeconfig"),
                      "sync_enabled": None},  # connection changed, sync disabled
         ],
     ),
@@ -223,7 +242,7 @@ def test_cluster_admin_records_what_changed_without_the_kubeconfig(client: Clien
     client.force_login(platform_admin)
     url = _url(Cluster, "change", cluster.pk)
     assert submit(client, url, {"kubeconfig": kubeconfig(TOKEN_B)}).status_code == 302
-    assert submit(client, url, {"connection": "kubeconfig_path", "kubeconfig_path": "/etc/k.yaml",
+    assert submit(client, url, {"connection": "kubeconfig_path", "kubeconfig_path": _in_dir("k.yaml"),
                                 "sync_enabled": None}).status_code == 302
     assert submit(client, url, {"clear_kubeconfig": "on"}).status_code == 302
     replaced, moved, cleared = AuditEvent.objects.filter(target_type="inventory.cluster").order_by("id")
@@ -231,6 +250,7 @@ def test_cluster_admin_records_what_changed_without_the_kubeconfig(client: Clien
         "cluster.updated", {"kubeconfig": "[set]"}, {"kubeconfig": "[replaced]"})
     assert replaced.data["changed"] == ["kubeconfig"]
     assert moved.before == {"connection": "kubeconfig", "kubeconfig_path": "", "sync_enabled": True}
-    assert moved.after == {"connection": "kubeconfig_path", "kubeconfig_path": "/etc/k.yaml", "sync_enabled": False}
+    assert moved.after == {"connection": "kubeconfig_path", "kubeconfig_path": _in_dir("k.yaml"),
+                           "sync_enabled": False}
     assert (cleared.before, cleared.after) == ({"kubeconfig": "[set]"}, {"kubeconfig": "[empty]"})
     assert {e.actor_name for e in (replaced, moved, cleared)} == {platform_admin.username}
