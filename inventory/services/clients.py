@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from django.conf import settings
 
 from inventory.errors import ClusterConfigError
 from inventory.k8s.client import KubernetesClusterClient
 from inventory.models import Cluster
+from inventory.untrusted_text import UntrustedTextError, load_documents
 
 
 def parse_kubeconfig(text: str) -> dict[str, Any]:
-    """Parse kubeconfig YAML; the error never echoes the content (it holds credentials)."""
+    """Parse kubeconfig YAML with the hardened reader (no aliases, bounded size and depth); the error never echoes
+    the content (it holds credentials)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ClusterConfigError("kubeconfig is not valid YAML") from None
+        documents = load_documents(text, max_documents=1)
+    except UntrustedTextError as exc:
+        reason = "is not valid YAML" if exc.code in ("yaml-syntax", "json-syntax", "not-text") else f"refused ({exc.code})"
+        raise ClusterConfigError(f"kubeconfig {reason}") from None
+    data = documents[0] if documents else None
     if not isinstance(data, dict) or not data.get("clusters"):
         raise ClusterConfigError("kubeconfig has no clusters")
     return data

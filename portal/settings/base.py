@@ -142,6 +142,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
+    # JSON bodies bounded by DATA_UPLOAD_MAX_MEMORY_SIZE and refused (400) when nested too deeply; forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "inventory.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "inventory.api.pagination.PortalLimitOffsetPagination",  # limit ≤ 1000
     "PAGE_SIZE": 50,
