@@ -99,6 +99,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Every password check is throttled per (client, username) and per client (portal/security.py).
+AUTHENTICATION_BACKENDS = ["portal.security.ThrottledModelBackend"]
+PORTAL_LOGIN_MAX_FAILURES = env.int("PORTAL_LOGIN_MAX_FAILURES", default=10)
+PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT = env.int("PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT", default=100)
+PORTAL_LOGIN_WINDOW_SECONDS = env.int("PORTAL_LOGIN_WINDOW_SECONDS", default=900)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "inventory:node_list"
 LOGOUT_REDIRECT_URL = "login"
@@ -140,7 +145,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apitokens.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        # No Basic authentication: the API takes no passwords, so password guessing has one way in, the throttled
+        # login pages (docs/tokens.md).
     ],
     # JSON bodies bounded by DATA_UPLOAD_MAX_MEMORY_SIZE and refused (400) when nested too deeply; forms as DRF's.
     "DEFAULT_PARSER_CLASSES": [
@@ -269,7 +275,7 @@ PORTAL_NODE_POOL_LABELS = env.list("PORTAL_NODE_POOL_LABELS", default=[
 # Audit log (docs/audit.md). Readers of /audit/ and /api/v1/audit-events/ by group name; superusers always.
 PORTAL_AUDIT_READER_GROUPS = env.list("PORTAL_AUDIT_READER_GROUPS", default=["platform-admin", "finance"])
 # Direct peers (IPs or CIDRs of our reverse proxies) whose X-Forwarded-For is believed for the client address of
-# audit events; empty: REMOTE_ADDR only.
+# audit events and of the login throttle; empty: REMOTE_ADDR only.
 PORTAL_TRUSTED_PROXIES = env.list("PORTAL_TRUSTED_PROXIES", default=[])
 # HMAC-SHA256 key (>= 32 characters) signing audit chain checkpoints. No default: without it checkpoints are off.
 PORTAL_AUDIT_CHECKPOINT_KEY = env("PORTAL_AUDIT_CHECKPOINT_KEY", default="")

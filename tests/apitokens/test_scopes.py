@@ -1,5 +1,5 @@
 """Scope enforcement per endpoint: every API view declares the scope a token needs; tokens without it get 403,
-views without a declaration refuse tokens, and session / basic users keep their role-based access."""
+views without a declaration refuse tokens, and session users keep their role-based access (Basic is refused)."""
 
 from __future__ import annotations
 
@@ -201,13 +201,15 @@ def test_views_that_declare_no_scope_refuse_tokens(world, rf) -> None:
         assert "does not accept API tokens" in response.data["detail"]
 
 
-def test_session_and_basic_requests_are_unaffected(world) -> None:
+def test_session_requests_are_unaffected_and_basic_is_refused(world) -> None:
     session = APIClient()
     session.force_login(world["member"])
     assert session.get("/api/v1/devices/").status_code == 200
     basic = APIClient()
     basic.credentials(HTTP_AUTHORIZATION="Basic ZmluYW5jZTpwdw==")  # finance:pw
-    assert basic.get("/api/v1/audit-events/").status_code == 200
+    refused = basic.get("/api/v1/audit-events/")
+    assert refused.status_code == 401  # no passwords on the API: tokens or sessions (docs/tokens.md)
+    assert refused["WWW-Authenticate"] == 'Bearer realm="api"'
 
 
 def test_anonymous_api_calls_answer_401_with_a_bearer_challenge(db) -> None:
