@@ -312,7 +312,8 @@ LOGGING = {
         "kubernetes": {"level": "WARNING"},
     },
 }
-# /metrics: an optional bearer token for scrapers; /readyz?strict=1: a cluster is stale after this many seconds.
+# /metrics: the bearer token scrapers send; empty: /metrics is closed (403). /readyz?strict=1: a cluster is stale
+# after PORTAL_SYNC_STALE_SECONDS.
 PORTAL_METRICS_TOKEN = env("PORTAL_METRICS_TOKEN", default="")
 # Fernet keys for secrets stored in the database (kubeconfigs): the first encrypts, all decrypt (rotation). Without
 # keys one is derived from DJANGO_SECRET_KEY; set real ones in production (docs/observability.md).
