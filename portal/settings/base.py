@@ -260,6 +260,9 @@ PORTAL_API_TOKEN_MAX_DAYS = env.int("PORTAL_API_TOKEN_MAX_DAYS", default=365)
 # latest event stays); cursors from before a pruned deletion answer 410 Gone.
 PORTAL_CHANGE_RETENTION_DAYS = env.int("PORTAL_CHANGE_RETENTION_DAYS", default=30)
 PORTAL_WEBHOOK_ADMIN_GROUPS = env.list("PORTAL_WEBHOOK_ADMIN_GROUPS", default=["platform-admin"])
+# Networks (CIDRs) webhooks may be delivered to although they are not public (loopback, private, link-local…):
+# e.g. an in-cluster collector. Empty: public addresses only (integrations/addresses.py).
+PORTAL_WEBHOOK_ALLOWED_NETWORKS = env.list("PORTAL_WEBHOOK_ALLOWED_NETWORKS", default=[])
 PORTAL_WEBHOOK_CONNECT_TIMEOUT = env.float("PORTAL_WEBHOOK_CONNECT_TIMEOUT", default=3.0)
 PORTAL_WEBHOOK_READ_TIMEOUT = env.float("PORTAL_WEBHOOK_READ_TIMEOUT", default=10.0)
 PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", default=8)
@@ -315,7 +318,7 @@ LOGGING = {
 # /metrics: the bearer token scrapers send; empty: /metrics is closed (403). /readyz?strict=1: a cluster is stale
 # after PORTAL_SYNC_STALE_SECONDS.
 PORTAL_METRICS_TOKEN = env("PORTAL_METRICS_TOKEN", default="")
-# Fernet keys for secrets stored in the database (kubeconfigs): the first encrypts, all decrypt (rotation). Without
+# Fernet keys for secrets stored in the database (kubeconfigs, webhook secrets): the first encrypts, all decrypt (rotation). Without
 # keys one is derived from DJANGO_SECRET_KEY; set real ones in production (docs/observability.md).
 PORTAL_FIELD_ENCRYPTION_KEYS = env.list("PORTAL_FIELD_ENCRYPTION_KEYS", default=[])
 PORTAL_SYNC_STALE_SECONDS = env.int("PORTAL_SYNC_STALE_SECONDS", default=300)
