@@ -29,7 +29,7 @@ class TokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != KEYWORD:
-            return None  # not ours: session or basic authentication may apply
+            return None  # not ours: session authentication may apply
         if len(parts) != 2:
             raise AuthenticationFailed("Invalid Authorization header: send 'Bearer <API token>'.")
         try:

@@ -1,5 +1,5 @@
-"""Scope enforcement per endpoint for token-authenticated requests. Session and Basic requests are unaffected (their
-users keep their role-based access); a token acts as its user *and* is limited to its scopes.
+"""Scope enforcement per endpoint for token-authenticated requests. Session requests are unaffected (their users
+keep their role-based access); a token acts as its user *and* is limited to its scopes.
 
 Views declare what they need with plain class attributes, so no app imports this one:
 `token_scope` for safe methods, `token_write_scope` for the others (default `requests:write`). A view without
@@ -39,7 +39,7 @@ class TokenScopePermission(BasePermission):
     def has_permission(self, request: Any, view: Any) -> bool:
         token = getattr(request, "auth", None)
         if not isinstance(token, ApiToken):
-            return True  # session / basic / anonymous: other permission classes decide
+            return True  # session / anonymous: other permission classes decide
         needed = required_scope(view, request.method)
         if needed is None:
             self.message = "This endpoint does not accept API tokens (it declares no token scope)."

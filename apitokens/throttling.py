@@ -1,5 +1,6 @@
 """Per-token rate limit: `ApiToken.rate_limit_per_minute` requests per calendar minute, counted in Django's cache
-(Redis in production, so all web workers share the count). Session and Basic requests are not throttled here.
+(Redis in production, so all web workers share the count). Session requests are not throttled here (logins are:
+portal/security.py).
 
 A fixed window with an atomic increment (`cache.add` + `cache.incr`): one cache round trip per request and no
 read-modify-write race, at the price of allowing up to twice the limit across a minute boundary.

@@ -7,7 +7,6 @@ import json
 from decimal import Decimal
 from typing import Any
 
-import yaml
 from django import forms
 from django.urls import reverse
 
@@ -15,6 +14,7 @@ from catalog.errors import OfferingValidationError
 from catalog.models import Isolation, Lifecycle, Offering, UnitKind
 from catalog.selectors import CatalogFilters
 from catalog.services.offerings import EDITABLE_FIELDS
+from inventory.untrusted_text import UntrustedTextError, load_documents, where
 
 STRUCTURED_MAX_CHARS = 20_000
 # The fields whose change re-runs the live selector check (their names are what catalog:selector_check reads).
@@ -28,7 +28,8 @@ def _blank_choice(choices: list[tuple[str, str]], label: str = "Any") -> list[tu
 class StructuredField(forms.CharField):
     """A JSON-or-YAML textarea holding a mapping or a list (`kind`). Empty means empty.
 
-    YAML aliases are refused: a few lines of anchors could otherwise expand into a huge document downstream.
+    Read by the hardened reader (inventory.untrusted_text): aliases, deep nesting and duplicate keys are refused, so
+    a few lines of anchors cannot expand into a huge document downstream.
     """
 
     widget = forms.Textarea
@@ -56,14 +57,18 @@ class StructuredField(forms.CharField):
         if not text.strip():
             return self.kind()
         try:
-            if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-                raise forms.ValidationError("YAML anchors and aliases are not supported here.", code="alias")
-            parsed = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or "not valid JSON or YAML"
-            raise forms.ValidationError(f"Not valid JSON or YAML{where}: {problem}.", code="syntax") from exc
+            documents = load_documents(text, max_documents=1)
+        except UntrustedTextError as exc:
+            if exc.code in ("yaml-alias", "yaml-anchor", "yaml-merge-key"):
+                raise forms.ValidationError("YAML anchors and aliases are not supported here.", code="alias") from None
+            if exc.code in ("yaml-syntax", "json-syntax"):
+                problem = exc.message.removeprefix("invalid YAML: ").removeprefix("invalid JSON: ")
+                raise forms.ValidationError(f"Not valid JSON or YAML{where(exc.mark)}: {problem}.",
+                                            code="syntax") from None
+            if exc.code == "too-many-documents":
+                raise forms.ValidationError("Give one document, not several.", code="documents") from None
+            raise forms.ValidationError(f"Not accepted: {exc}.", code=exc.code) from None
+        parsed = documents[0] if documents else None
         if parsed is None:
             return self.kind()
         if not isinstance(parsed, self.kind):

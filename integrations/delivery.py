@@ -4,6 +4,8 @@ No database access here: the caller claims the delivery before and records the o
 transaction, so a slow endpoint never holds a transaction (or anything of the sync) open.
 
 - Timeouts: connect PORTAL_WEBHOOK_CONNECT_TIMEOUT (3 s), read PORTAL_WEBHOOK_READ_TIMEOUT (10 s).
+- The host is resolved once per attempt and the connection goes to that address (DNS rebinding); loopback, private,
+  link-local and other non-public addresses are refused unless allow-listed (integrations/addresses.py).
 - Redirects are never followed (a 3xx is a permanent failure: the subscription's URL is wrong).
 - Retried: connection errors, timeouts, 429 and 5xx (honouring Retry-After up to the backoff cap). Anything else
   that is not 2xx fails at once.
@@ -24,6 +26,9 @@ import orjson
 import urllib3
 from django.conf import settings
 from django.utils import timezone
+
+from integrations.addresses import WebhookResolutionError, pin
+from integrations.errors import WebhookValidationError
 
 SIGNATURE_HEADER = "X-Portal-Signature-512"
 USER_AGENT = "accelerator-portal-webhooks/1"
@@ -89,17 +94,34 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def post(*, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
-    """POST once; never raises for network trouble (it becomes a retryable Outcome)."""
-    if urlsplit(url).scheme not in ("http", "https"):
+    """POST once to the address the URL's host resolves to now (resolved once and pinned: integrations.addresses);
+    never raises for network trouble (it becomes a retryable Outcome). A refused address fails at once."""
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
         return Outcome(delivered=False, retry=False, error="only http and https URLs are delivered to")
+    try:
+        target = pin(url)
+    except WebhookValidationError as exc:  # a refused address (WebhookAddressError) or an unusable URL: permanent
+        return Outcome(delivered=False, retry=False, error=str(exc)[:ERROR_LIMIT])
+    except WebhookResolutionError as exc:
+        return Outcome(delivered=False, retry=True, error=str(exc)[:ERROR_LIMIT])
     timeout = urllib3.Timeout(connect=settings.PORTAL_WEBHOOK_CONNECT_TIMEOUT,
                               read=settings.PORTAL_WEBHOOK_READ_TIMEOUT)
-    pool = urllib3.PoolManager(num_pools=1, retries=False, timeout=timeout)
+    pool: urllib3.HTTPConnectionPool
+    if target.scheme == "https":
+        # Connect to the pinned address; SNI and the certificate check use the hostname from the URL.
+        pool = urllib3.HTTPSConnectionPool(target.address, target.port, timeout=timeout, retries=False, maxsize=1,
+                                           cert_reqs="CERT_REQUIRED", server_hostname=target.hostname,
+                                           assert_hostname=target.hostname)
+    else:
+        pool = urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, retries=False, maxsize=1)
     try:
-        response = pool.request("POST", url, body=body, headers=headers, redirect=False, retries=False,
-                                preload_content=False)
+        response = pool.urlopen("POST", target.path, body=body, headers={**headers, "Host": target.host_header},
+                                redirect=False, retries=False, preload_content=False, assert_same_host=False)
     except urllib3.exceptions.HTTPError as exc:
         text = str(exc).replace(url, url_for_log(url))
+        if target.path in text and "?" in target.path:
+            text = text.replace(target.path, target.path.split("?", 1)[0])
+        pool.close()
         return Outcome(delivered=False, retry=True, error=f"{type(exc).__name__}: {text}"[:ERROR_LIMIT])
     try:
         code = response.status
@@ -109,7 +131,7 @@ def post(*, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
             excerpt = ""
     finally:
         response.close()
-        pool.clear()
+        pool.close()
     if 200 <= code < 300:
         return Outcome(delivered=True, retry=False, code=code)
     if 300 <= code < 400:

@@ -6,16 +6,20 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from inventory.fields import EncryptedTextField
+
 
 class WebhookSubscription(models.Model):
     """An endpoint that receives signed POSTs for the event types it subscribes to.
 
-    The secret is the HMAC key of the signature header. It is stored as given (the portal needs it in clear to sign),
-    written once through the API, and never returned, rendered or logged afterwards."""
+    The secret is the HMAC key of the signature header. It is encrypted at rest like kubeconfigs (Fernet under
+    PORTAL_FIELD_ENCRYPTION_KEYS; the portal decrypts it to sign), written once through the API, and never
+    returned, rendered or logged afterwards."""
 
     name = models.CharField(max_length=100)
     url = models.URLField(max_length=2000)
-    secret = models.CharField(max_length=200, help_text="HMAC-SHA512 key. Write-only: never displayed or logged.")
+    # 16 to 200 characters (integrations.services.SECRET_MIN/MAX); the column holds `enc:v1:<Fernet token>`.
+    secret = EncryptedTextField(help_text="HMAC-SHA512 key. Write-only: never displayed or logged; encrypted at rest.")
     event_types = models.JSONField(
         default=list, help_text="e.g. ['node.created', 'device.', 'grant.']; an entry ending in '.' is a prefix.",
     )

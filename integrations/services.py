@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import audit_record
+from integrations.addresses import url_check
 from integrations.delivery import Outcome, backoff_seconds, body_and_headers, post, url_for_log
 from integrations.errors import WebhookValidationError
 from integrations.event_types import event_types_validate, matches
@@ -49,16 +50,27 @@ def _state(subscription: WebhookSubscription) -> dict[str, Any]:
 def _check(*, url: str | None = None, secret: str | None = None) -> None:
     if url is not None and not url.lower().startswith(("http://", "https://")):
         raise WebhookValidationError("the URL must be http:// or https://")
+
     if secret is not None and not SECRET_MIN <= len(secret) <= SECRET_MAX:
         raise WebhookValidationError(f"the secret must be {SECRET_MIN} to {SECRET_MAX} characters")
 
 
-@transaction.atomic(durable=True)
 def webhook_subscription_create(
     *, actor: Any, name: str, url: str, secret: str, event_types: list[str], active: bool = True,
 ) -> WebhookSubscription:
-    """Create a subscription; it receives events dispatched from now on. Audited (without the secret)."""
+    """Create a subscription; it receives events dispatched from now on. Audited (without the secret). The URL's
+    host must not be, or resolve to, a loopback, private, link-local or metadata address (unless allow-listed);
+    the name is resolved before the transaction opens."""
     _check(url=url, secret=secret)
+    url_check(url)
+    return _subscription_create(actor=actor, name=name, url=url, secret=secret, event_types=event_types,
+                                active=active)
+
+
+@transaction.atomic(durable=True)
+def _subscription_create(
+    *, actor: Any, name: str, url: str, secret: str, event_types: list[str], active: bool,
+) -> WebhookSubscription:
     subscription = WebhookSubscription.objects.create(
         name=name, url=url, secret=secret, event_types=event_types_validate(event_types), active=active,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
@@ -67,12 +79,20 @@ def webhook_subscription_create(
     return subscription
 
 
-@transaction.atomic(durable=True)
 def webhook_subscription_update(*, actor: Any, subscription_id: int, **changes: Any) -> WebhookSubscription:
-    """Change name, url, secret, event_types or active. Audited; the audit says whether the secret changed."""
+    """Change name, url, secret, event_types or active. Audited; the audit says whether the secret changed. A new
+    URL is checked like a new subscription's (resolved before the transaction opens)."""
     allowed = {"name", "url", "secret", "event_types", "active"}
     if set(changes) - allowed:
         raise WebhookValidationError(f"cannot change {', '.join(sorted(set(changes) - allowed))}")
+    if changes.get("url") is not None:
+        _check(url=changes["url"])
+        url_check(changes["url"])
+    return _subscription_update(actor=actor, subscription_id=subscription_id, changes=changes)
+
+
+@transaction.atomic(durable=True)
+def _subscription_update(*, actor: Any, subscription_id: int, changes: dict[str, Any]) -> WebhookSubscription:
     subscription = WebhookSubscription.objects.select_for_update().get(pk=subscription_id)
     before = _state(subscription)
     _check(url=changes.get("url"), secret=changes.get("secret"))

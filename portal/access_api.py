@@ -190,7 +190,9 @@ class AccessRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin,
         return self._respond(target.pk)
 
     @extend_schema(request=BreakGlassInputSerializer, responses={201: GrantSerializer})
-    @action(detail=False, methods=["post"], url_path="break-glass")
+    # Platform admins only: a `requests:write` token may not break the glass (docs/tokens.md).
+    @action(detail=False, methods=["post"], url_path="break-glass",
+            token_write_scope="admin:write")  # noqa: S106 - a scope name, not a secret
     def break_glass(self, request: Request) -> Response:
         """A platform admin grants at once (mandatory reason); security approvers review it afterwards."""
         data = BreakGlassInputSerializer(data=request.data)

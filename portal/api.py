@@ -72,7 +72,7 @@ class TenantViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
     """Tenants with members and namespaces. Another tenant's object answers 404."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
-    token_write_scope = "requests:write"  # noqa: S105
+    token_write_scope = "admin:write"  # noqa: S105 - platform-admin-only writes (docs/tokens.md)
     serializer_class = TenantSerializer
     permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, PlatformAdminWrites]
     lookup_field = "slug"

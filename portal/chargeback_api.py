@@ -4,54 +4,20 @@ Tenants see their own tenants' namespaces; finance and platform roles see everyt
 
 from __future__ import annotations
 
-import csv
-import io
-from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from portal import chargeback as cb
+from portal.csv_export import CSVRenderer
 from portal.models import sees_all_tenants
-
-
-class CSVRenderer(BaseRenderer):
-    """Rows (a list of dicts, or {"rows": [...]}) as CSV with a header; other payloads (errors) as `detail` lines."""
-
-    media_type = "text/csv"
-    format = "csv"
-    charset = "utf-8"
-
-    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
-        rows = data.get("rows") if isinstance(data, dict) and "rows" in data else data
-        out = io.StringIO()
-        # No rows: the view's `csv_header` alone (an empty body would also lose its Content-Type in DRF).
-        header = getattr((renderer_context or {}).get("view"), "csv_header", ())
-        if isinstance(rows, list) and ((rows and isinstance(rows[0], dict)) or (not rows and header)):
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else list(header), lineterminator="\n")
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: _cell(v) for k, v in row.items()})
-        elif isinstance(data, dict) and "detail" in data:
-            out.write(f"detail\n{_cell(data['detail'])}\n")
-        return out.getvalue().encode()
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
-        return "'" + value  # no formula injection when a spreadsheet opens the file
-    return value
 
 
 class ChargebackRowSerializer(serializers.Serializer):

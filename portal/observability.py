@@ -19,6 +19,7 @@ and with `?strict=1` also when a cluster's sync is stale.
 from __future__ import annotations
 
 import datetime as dt
+import hmac
 import logging
 import os
 import re
@@ -193,10 +194,19 @@ def registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format. If PORTAL_METRICS_TOKEN is set, scrapers send it as a bearer token."""
-    token = getattr(settings, "PORTAL_METRICS_TOKEN", "")
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
-        return HttpResponse("metrics need the scrape token\n", status=401, content_type="text/plain")
+    """Prometheus text format, for scrapers that send `Authorization: Bearer <PORTAL_METRICS_TOKEN>`.
+
+    Closed by default: without a configured token /metrics answers 403 to everybody (the fleet's metrics name
+    clusters, tenants' pending pods and open violations, and the endpoint is on the same listener as the pages)."""
+    token = getattr(settings, "PORTAL_METRICS_TOKEN", "") or ""
+    if not token:
+        return HttpResponse("metrics are off: set PORTAL_METRICS_TOKEN and scrape with it (docs/observability.md)\n",
+                            status=403, content_type="text/plain")
+    sent = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        response = HttpResponse("metrics need the scrape token\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -260,10 +270,11 @@ def readyz_view(request: HttpRequest) -> JsonResponse:
 
 
 class ProbeMiddleware:
-    """Answers /healthz and /readyz before anything else runs: the kubelet probes the pod IP over plain HTTP, which
-    the host check (ALLOWED_HOSTS) and the HTTPS redirect would otherwise refuse. Must be first in MIDDLEWARE."""
+    """Answers /healthz, /readyz and /metrics before anything else runs: the kubelet probes, and Prometheus scrapes,
+    the pod IP over plain HTTP, which the host check (ALLOWED_HOSTS) and the HTTPS redirect would otherwise refuse.
+    /metrics still wants its token (metrics_view). Must be first in MIDDLEWARE."""
 
-    PATHS = {"/healthz": healthz_view, "/readyz": readyz_view}
+    PATHS = {"/healthz": healthz_view, "/readyz": readyz_view, "/metrics": metrics_view}
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = Path(sys.executable).parent / "gunicorn"
 WORKERS = 3
+SCRAPE_TOKEN = "multiprocess-scrape-token"
 BATCH = 30  # concurrent requests per batch: a sync worker serves one at a time, so they spread over the workers
 LATENCY = "portal_http_request_duration_seconds"
 LOGIN = {"method": "GET", "route": "login/", "status": "200"}  # timed by RequestMetricsMiddleware (/healthz is not)
@@ -61,8 +62,10 @@ class Server:
         return {int(path.stem.rsplit("_", 1)[1]) for path in self.multiproc.glob(f"{prefix}_*.db")}
 
     def get(self, path: str, timeout: float = 30) -> requests.Response:
-        # A new connection each time (no session), so that any worker may accept it.
-        return requests.get(f"{self.url}{path}", headers={"Connection": "close"}, timeout=timeout)
+        # A new connection each time (no session), so that any worker may accept it; the scrape token, as
+        # Prometheus sends it (/metrics is closed without it).
+        headers = {"Connection": "close", "Authorization": f"Bearer {SCRAPE_TOKEN}"}
+        return requests.get(f"{self.url}{path}", headers=headers, timeout=timeout)
 
 
 def _free_port() -> int:
@@ -95,7 +98,7 @@ def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
     (multiproc / "counter_999999.db").write_bytes(b"a previous run's file, unreadable")  # on_starting removes it
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update(DJANGO_SETTINGS_MODULE="portal.settings.test", DATABASE_URL=_test_database_url(),
-               REDIS_URL=settings.REDIS_URL, PYTHONUNBUFFERED="1")
+               REDIS_URL=settings.REDIS_URL, PYTHONUNBUFFERED="1", PORTAL_METRICS_TOKEN=SCRAPE_TOKEN)
     port = _free_port()
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:

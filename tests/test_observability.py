@@ -19,11 +19,15 @@ def _metric_lines(text: str, name: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(name)]
 
 
+SCRAPE = {"HTTP_AUTHORIZATION": "Bearer scrape-secret"}
+
+
 @pytest.mark.slow
-def test_metrics_cover_the_fleet(client, live_demo, admin_user) -> None:
+def test_metrics_cover_the_fleet(client, live_demo, admin_user, settings) -> None:
+    settings.PORTAL_METRICS_TOKEN = "scrape-secret"
     client.force_login(admin_user)
     client.get("/catalog/")  # one request to time
-    text = client.get("/metrics").content.decode()
+    text = client.get("/metrics", **SCRAPE).content.decode()
     assert _metric_lines(text, 'portal_http_request_duration_seconds_count{method="GET",route="catalog/"')
     lag = _metric_lines(text, 'portal_sync_lag_seconds{cluster="demo",kind="pods"}')
     assert lag
@@ -39,8 +43,22 @@ def test_metrics_cover_the_fleet(client, live_demo, admin_user) -> None:
 
 def test_metrics_token(client, settings, db) -> None:
     settings.PORTAL_METRICS_TOKEN = "scrape-secret"
-    assert client.get("/metrics").status_code == 401
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret").status_code == 200
+    refused = client.get("/metrics")
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"] == 'Bearer realm="metrics"'
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret-and-more").status_code == 401
+    assert client.get("/metrics", **SCRAPE).status_code == 200
+
+
+def test_metrics_are_closed_without_a_configured_token(client, settings, admin_user) -> None:
+    settings.PORTAL_METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403
+    client.force_login(admin_user)  # not even for a signed-in admin: metrics are for the scraper
+    refused = client.get("/metrics")
+    assert refused.status_code == 403
+    assert b"PORTAL_METRICS_TOKEN" in refused.content
 
 
 def test_health_and_readiness(client, db) -> None:

@@ -23,6 +23,7 @@ from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
 from inventory.scoping import scope_for, targets_for
+from inventory.untrusted_text import UntrustedTextError, normalize
 
 MAX_MANIFEST = 1 << 20
 
@@ -147,6 +148,12 @@ class FeasibilityInputSerializer(serializers.Serializer):
     pod = serializers.DictField(required=False, help_text="A Pod manifest (or give `manifest`).")
     manifest = serializers.CharField(max_length=MAX_MANIFEST, required=False, trim_whitespace=False,
                                      help_text="YAML/JSON with one Pod or Job plus its ResourceClaim(Template)s.")
+
+    def validate_pod(self, value: dict[str, Any]) -> dict[str, Any]:
+        try:  # the limits of the manifest reader (depth, non-finite numbers) for a pod sent as JSON
+            return normalize(value)
+        except UntrustedTextError as exc:
+            raise serializers.ValidationError(exc.message) from None
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("pod" in attrs) == ("manifest" in attrs):

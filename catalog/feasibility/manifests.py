@@ -7,17 +7,21 @@ stands for the pods it creates: its pod template becomes the pod.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from inventory.untrusted_text import MAX_BYTES as TEXT_MAX_BYTES
+from inventory.untrusted_text import MAX_DOCUMENTS as TEXT_MAX_DOCUMENTS
+from inventory.untrusted_text import UntrustedTextError, load_documents
 
 __all__ = ["ManifestError", "group_by_kind", "load_objects", "split_pod_manifest"]
 
+# An operator's own file (explain_pod, validate_manifest --snapshot: a cluster's objects) may be large; text from a
+# request keeps the reader's limits (1 MiB, 50 documents). Aliases, depth and duplicate keys are refused either way.
 MAX_BYTES = 256 * 1024 * 1024
+FILE_MAX_DOCUMENTS = 1_000_000
 _WORKLOADS = {"Job", "Deployment", "StatefulSet", "ReplicaSet", "CronJob"}
 
 
@@ -41,7 +45,8 @@ def _flatten(value: Any, where: str) -> list[dict[str, Any]]:
 
 
 def load_objects(source: str | Path, *, name: str = "") -> list[dict[str, Any]]:
-    """Objects from a file path (Path) or from text (str). Raises ManifestError with a clear message."""
+    """Objects from a file path (Path) or from text (str), read by the hardened reader (inventory.untrusted_text).
+    Raises ManifestError with a clear message."""
     label = name or (str(source) if isinstance(source, Path) else "input")
     if isinstance(source, Path):
         try:
@@ -50,22 +55,18 @@ def load_objects(source: str | Path, *, name: str = "") -> list[dict[str, Any]]:
             text = source.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{label}: cannot read: {exc}") from None
+        limits = {"max_bytes": MAX_BYTES, "max_documents": FILE_MAX_DOCUMENTS}
     else:
         text = source
-    stripped = text.lstrip()
-    if not stripped:
+        limits = {"max_bytes": TEXT_MAX_BYTES, "max_documents": TEXT_MAX_DOCUMENTS}
+    if not isinstance(text, str) or not text.strip():
         raise ManifestError(f"{label}: empty")
-    if stripped[0] in "[{":
-        try:
-            return _flatten(json.loads(text), label)
-        except json.JSONDecodeError as exc:
-            if stripped[0] == "[":
-                raise ManifestError(f"{label}: invalid JSON: {exc}") from None
-            # `{…}` may still be YAML flow style; fall through
     try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{label}: neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+        documents = load_documents(text, **limits)
+    except UntrustedTextError as exc:
+        if exc.code in ("yaml-syntax", "json-syntax") and not text.lstrip().startswith("["):
+            raise ManifestError(f"{label}: neither JSON nor YAML: {exc}") from None
+        raise ManifestError(f"{label}: {exc}") from None
     objects = _flatten(documents, label)
     if not objects:
         raise ManifestError(f"{label}: no objects")

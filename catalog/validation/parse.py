@@ -1,152 +1,34 @@
 """Untrusted manifest text → documents: multi-document YAML or JSON, `kind: List` flattened, with hard limits.
 
-What is refused, and why:
-- more than MAX_BYTES of text or more than MAX_DOCUMENTS documents (checked while reading: the rest is not parsed);
-- YAML anchors, aliases and merge keys: aliases are how "billion laughs" documents blow up, and nothing the portal
-  accepts needs them;
-- nesting deeper than MAX_DEPTH (checked before each nested node is built, so the recursive YAML composer and the
-  normaliser never go deep);
-- duplicate keys (the API server's strict field validation rejects them too, and a second `privileged:` lower down
-  is a good way to hide something from a reviewer);
-- documents that are not mappings, tags PyYAML's safe loader does not know, NaN and infinities.
-
-YAML timestamps stay strings and non-string keys become strings, as the API server's YAML→JSON conversion does.
+The reading itself is `inventory.untrusted_text` (the one hardened reader, also used by the feasibility API, the
+CLIs, form fields and kubeconfigs); its docstring lists what is refused and why: more than MAX_BYTES of text or more
+than MAX_DOCUMENTS documents, YAML anchors, aliases and merge keys, nesting deeper than MAX_DEPTH, duplicate keys,
+unknown tags, NaN and infinities. Here its refusals become findings, and documents that are not mappings are
+reported.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
-import yaml
-
 from catalog.validation.findings import Finding, escape, show
+from inventory.untrusted_text import MAX_BYTES, MAX_DEPTH, MAX_DOCUMENTS, UntrustedTextError, load_json, load_yaml
+from inventory.untrusted_text import where as _where
 
-MAX_BYTES = 1024 * 1024
-MAX_DOCUMENTS = 50
-MAX_DEPTH = 64
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_DOCUMENTS", "parse_manifest"]
 
-
-class _RefusedError(Exception):
-    def __init__(self, message: str, code: str, mark: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.mark = mark
+_AFTER_KEYS = " (after converting keys to strings)"
 
 
-def _where(mark: Any) -> str:
-    if mark is None:
-        return ""
-    return f" at line {mark.line + 1}, column {mark.column + 1}"
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without anchors, aliases or merge keys, with a depth limit and duplicate-key errors."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise _RefusedError("YAML aliases (*name) are not accepted", "yaml-alias", event.start_mark)
-        if getattr(event, "anchor", None):
-            raise _RefusedError("YAML anchors (&name) are not accepted", "yaml-anchor", event.start_mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise _RefusedError(f"the document is nested deeper than {MAX_DEPTH} levels", "too-deep", event.start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _value in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise _RefusedError("YAML merge keys (<<) are not accepted", "yaml-merge-key", key_node.start_mark)
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    identity = key  # Python equality: true and 1 would collapse into one dict key as well
-                    duplicate = identity in seen
-                except TypeError:
-                    raise _RefusedError("a mapping key must be a scalar", "yaml-syntax", key_node.start_mark) from None
-                if duplicate:
-                    raise _RefusedError(f"duplicate key {show(_key_text(key))}", "duplicate-key", key_node.start_mark)
-                seen.add(identity)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _scalar_text(loader: yaml.SafeLoader, node: Any) -> str:
-    return str(loader.construct_scalar(node))
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _scalar_text)
-_Loader.add_constructor("tag:yaml.org,2002:value", _scalar_text)
-_Loader.add_constructor("tag:yaml.org,2002:binary", _scalar_text)
-
-
-def _key_text(key: Any) -> str:
-    """A non-string YAML key as the API server's YAML→JSON conversion spells it."""
-    if isinstance(key, str):
-        return key
-    if key is None:
-        return "null"
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    return str(key)
-
-
-def _normalize(value: Any, depth: int = 0) -> Any:
-    """JSON-compatible data: string keys, lists for sequences, strings for odd scalars; raises _RefusedError."""
-    if depth > MAX_DEPTH:
-        raise _RefusedError(f"the document is nested deeper than {MAX_DEPTH} levels", "too-deep")
-    if isinstance(value, dict):
-        normalized: dict[str, Any] = {}
-        for key, item in value.items():
-            text = _key_text(key)
-            if text in normalized:
-                raise _RefusedError(f"duplicate key {show(text)} (after converting keys to strings)", "duplicate-key")
-            normalized[text] = _normalize(item, depth + 1)
-        return normalized
-    if isinstance(value, list | tuple):
-        return [_normalize(item, depth + 1) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _RefusedError("NaN and infinite numbers are not valid in a Kubernetes object", "not-finite-number")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+def _message(exc: UntrustedTextError) -> str:
+    """The refusal as finding text: user text escaped, a duplicate key quoted like every value in findings."""
+    if exc.code == "duplicate-key" and exc.key is not None:
+        return f"duplicate key {show(exc.key)}{_AFTER_KEYS if exc.message.endswith(_AFTER_KEYS) else ''}"
+    return escape(exc.message)
 
 
 def _error(message: str, code: str, path: str = "", fix: str = "") -> Finding:
     return Finding("parse", "error", path, message, fix, code)
-
-
-def _load_json(text: str) -> list[Any]:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in items:
-            if key in result:
-                raise _RefusedError(f"duplicate key {show(key)}", "duplicate-key")
-            result[key] = value
-        return result
-
-    def constant(name: str) -> Any:
-        raise _RefusedError(f"{name} is not valid in a Kubernetes object", "not-finite-number")
-
-    try:
-        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
-    except RecursionError:
-        raise _RefusedError(f"the document is nested deeper than {MAX_DEPTH} levels", "too-deep") from None
-    except json.JSONDecodeError as exc:
-        raise _RefusedError(f"invalid JSON: {escape(exc.msg)} at line {exc.lineno}, column {exc.colno}", "json-syntax") from None
-    return [_normalize(data)]
 
 
 def _flatten(index: int, document: dict[str, Any], findings: list[Finding]) -> list[dict[str, Any]]:
@@ -208,21 +90,21 @@ def parse_manifest(text: str) -> tuple[list[dict[str, Any]], list[Finding]]:
     documents: list[dict[str, Any]] = []
     if text.lstrip()[:1] in "{[":
         try:
-            raw = _load_json(text)
-        except _RefusedError as exc:
+            raw = load_json(text)
+        except UntrustedTextError as exc:
             if exc.code != "json-syntax":
-                return [], [_error(exc.message, exc.code)]
+                return [], [_error(_message(exc), exc.code)]
             try:  # a YAML flow mapping also starts with "{"
                 raw = _load_yaml(text, findings)
-            except _RefusedError:
-                return [], [_error(exc.message, exc.code)]
+            except UntrustedTextError:
+                return [], [_error(_message(exc), exc.code)]
         for index, item in enumerate(raw):
             _collect(index, item, None, documents, findings)
         return documents[:MAX_DOCUMENTS], findings
     try:
         raw = _load_yaml(text, findings)
-    except _RefusedError as exc:
-        return documents, [*findings, _error(exc.message + _where(exc.mark), exc.code)]
+    except UntrustedTextError as exc:
+        return documents, [*findings, _error(_message(exc) + _where(exc.mark), exc.code)]
     for index, item in enumerate(raw):
         _collect(index, item, None, documents, findings)
     if not documents and not findings:
@@ -249,34 +131,8 @@ def _collect(index: int, item: Any, mark: Any, documents: list[dict[str, Any]], 
 
 
 def _load_yaml(text: str, findings: list[Finding]) -> list[Any]:
-    """(document, start mark) pairs; empty documents are skipped. Raises _RefusedError."""
-    try:
-        loader = _Loader(text)
-    except yaml.YAMLError as exc:  # the reader refuses control characters before any parsing
-        raise _RefusedError(f"invalid YAML: {escape(str(exc))[:200]}", "yaml-syntax") from None
-    out: list[Any] = []
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
-                continue  # an empty document
-            if len(out) >= MAX_DOCUMENTS:
-                findings.append(_too_many())
-                break
-            data = loader.construct_document(node)
-            if data is None:
-                continue
-            out.append((_normalize(data), node.start_mark))
-    except _RefusedError:
-        raise
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise _RefusedError(f"invalid YAML: {escape(str(problem))}", "yaml-syntax", mark) from None
-    except yaml.YAMLError as exc:
-        raise _RefusedError(f"invalid YAML: {escape(str(exc))[:200]}", "yaml-syntax") from None
-    except RecursionError:
-        raise _RefusedError(f"the document is nested deeper than {MAX_DEPTH} levels", "too-deep") from None
-    finally:
-        loader.dispose()
-    return out
+    """(document, start mark) pairs; empty documents are skipped. Raises UntrustedTextError."""
+    documents, truncated = load_yaml(text, max_documents=MAX_DOCUMENTS)
+    if truncated:
+        findings.append(_too_many())
+    return documents

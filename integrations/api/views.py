@@ -34,7 +34,7 @@ class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelView
     permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsWebhookAdmin]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     token_scope = "inventory:read"  # noqa: S105 - scope names, not secrets
-    token_write_scope = "requests:write"  # noqa: S105
+    token_write_scope = "admin:write"  # noqa: S105 - platform-admin-only writes (docs/tokens.md)
 
     def get_queryset(self) -> QuerySet[WebhookSubscription]:
         return WebhookSubscription.objects.select_related("created_by").order_by("name")

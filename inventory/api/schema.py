@@ -87,7 +87,7 @@ class PortalAutoSchema(AutoSchema):
         response: dict[str, Any] = {"description": ERRORS[code], "content": content}
         if code == "401":
             response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"},
-                                                        "description": "How to authenticate (Bearer, Basic)."}}
+                                                        "description": "How to authenticate (Bearer: an API token)."}}
         if code == "429":
             response["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}}
         return response

@@ -26,9 +26,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from inventory.errors import ClusterConfigError
+from inventory.untrusted_text import UntrustedTextError, load_documents
 
 __all__ = ["MAX_KUBECONFIG_BYTES", "kubeconfig_parse", "kubeconfig_validate"]
 
@@ -72,9 +71,11 @@ def kubeconfig_parse(text: str, *, context: str = "", allowed_proxies: Collectio
     if len(text.encode("utf-8", "surrogatepass")) > MAX_KUBECONFIG_BYTES:
         raise ClusterConfigError(f"kubeconfig is larger than {MAX_KUBECONFIG_BYTES // 1024} KiB")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ClusterConfigError("kubeconfig is not valid YAML") from None
+        documents = load_documents(text, max_bytes=MAX_KUBECONFIG_BYTES, max_documents=1)
+    except UntrustedTextError as exc:  # the hardened reader: no aliases, bounded depth; the message is not echoed
+        reason = "is not valid YAML" if exc.code in ("yaml-syntax", "json-syntax", "not-text") else f"refused ({exc.code})"
+        raise ClusterConfigError(f"kubeconfig {reason}") from None
+    data = documents[0] if documents else None
     kubeconfig_validate(data, context=context, allowed_proxies=allowed_proxies)
     return data
 

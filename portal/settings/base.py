@@ -99,6 +99,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Every password check is throttled per (client, username) and per client (portal/security.py).
+AUTHENTICATION_BACKENDS = ["portal.security.ThrottledModelBackend"]
+PORTAL_LOGIN_MAX_FAILURES = env.int("PORTAL_LOGIN_MAX_FAILURES", default=10)
+PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT = env.int("PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT", default=100)
+PORTAL_LOGIN_WINDOW_SECONDS = env.int("PORTAL_LOGIN_WINDOW_SECONDS", default=900)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "inventory:node_list"
 LOGOUT_REDIRECT_URL = "login"
@@ -140,7 +145,14 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apitokens.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        # No Basic authentication: the API takes no passwords, so password guessing has one way in, the throttled
+        # login pages (docs/tokens.md).
+    ],
+    # JSON bodies bounded by DATA_UPLOAD_MAX_MEMORY_SIZE and refused (400) when nested too deeply; forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "inventory.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "inventory.api.pagination.PortalLimitOffsetPagination",  # limit ≤ 1000
@@ -263,6 +275,9 @@ PORTAL_API_TOKEN_MAX_DAYS = env.int("PORTAL_API_TOKEN_MAX_DAYS", default=365)
 # latest event stays); cursors from before a pruned deletion answer 410 Gone.
 PORTAL_CHANGE_RETENTION_DAYS = env.int("PORTAL_CHANGE_RETENTION_DAYS", default=30)
 PORTAL_WEBHOOK_ADMIN_GROUPS = env.list("PORTAL_WEBHOOK_ADMIN_GROUPS", default=["platform-admin"])
+# Networks (CIDRs) webhooks may be delivered to although they are not public (loopback, private, link-local…):
+# e.g. an in-cluster collector. Empty: public addresses only (integrations/addresses.py).
+PORTAL_WEBHOOK_ALLOWED_NETWORKS = env.list("PORTAL_WEBHOOK_ALLOWED_NETWORKS", default=[])
 PORTAL_WEBHOOK_CONNECT_TIMEOUT = env.float("PORTAL_WEBHOOK_CONNECT_TIMEOUT", default=3.0)
 PORTAL_WEBHOOK_READ_TIMEOUT = env.float("PORTAL_WEBHOOK_READ_TIMEOUT", default=10.0)
 PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", default=8)
@@ -278,7 +293,7 @@ PORTAL_NODE_POOL_LABELS = env.list("PORTAL_NODE_POOL_LABELS", default=[
 # Audit log (docs/audit.md). Readers of /audit/ and /api/v1/audit-events/ by group name; superusers always.
 PORTAL_AUDIT_READER_GROUPS = env.list("PORTAL_AUDIT_READER_GROUPS", default=["platform-admin", "finance"])
 # Direct peers (IPs or CIDRs of our reverse proxies) whose X-Forwarded-For is believed for the client address of
-# audit events; empty: REMOTE_ADDR only.
+# audit events and of the login throttle; empty: REMOTE_ADDR only.
 PORTAL_TRUSTED_PROXIES = env.list("PORTAL_TRUSTED_PROXIES", default=[])
 # HMAC-SHA256 key (>= 32 characters) signing audit chain checkpoints. No default: without it checkpoints are off.
 PORTAL_AUDIT_CHECKPOINT_KEY = env("PORTAL_AUDIT_CHECKPOINT_KEY", default="")
@@ -319,9 +334,10 @@ LOGGING = {
         "kubernetes": {"level": "WARNING"},
     },
 }
-# /metrics: an optional bearer token for scrapers; /readyz?strict=1: a cluster is stale after this many seconds.
+# /metrics: the bearer token scrapers send; empty: /metrics is closed (403). /readyz?strict=1: a cluster is stale
+# after PORTAL_SYNC_STALE_SECONDS.
 PORTAL_METRICS_TOKEN = env("PORTAL_METRICS_TOKEN", default="")
-# Fernet keys for secrets stored in the database (kubeconfigs): the first encrypts, all decrypt (rotation). Without
+# Fernet keys for secrets stored in the database (kubeconfigs, webhook secrets): the first encrypts, all decrypt (rotation). Without
 # keys one is derived from DJANGO_SECRET_KEY; set real ones in production (docs/observability.md).
 PORTAL_FIELD_ENCRYPTION_KEYS = env.list("PORTAL_FIELD_ENCRYPTION_KEYS", default=[])
 PORTAL_SYNC_STALE_SECONDS = env.int("PORTAL_SYNC_STALE_SECONDS", default=300)

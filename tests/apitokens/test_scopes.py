@@ -1,5 +1,5 @@
 """Scope enforcement per endpoint: every API view declares the scope a token needs; tokens without it get 403,
-views without a declaration refuse tokens, and session / basic users keep their role-based access."""
+views without a declaration refuse tokens, and session users keep their role-based access (Basic is refused)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,36 @@ def test_writes_need_requests_write(world) -> None:
     assert _status(writer, "post", "/api/v1/access-requests/") == 400
 
 
+@pytest.mark.parametrize(("url", "body"), [
+    ("/api/v1/tenants/", {"slug": "newco", "name": "NewCo"}),
+    ("/api/v1/webhooks/", {"name": "cmdb", "url": "https://93.184.215.14/hook", "secret": "s" * 32,
+                           "event_types": ["node."]}),
+])
+def test_admin_only_writes_need_admin_write_not_requests_write(world, url: str, body: dict[str, Any]) -> None:
+    admin = world["admin"]
+    writer = bearer(make_token(admin, *[s for s in SCOPES if s != "admin:write"], name="writer").plaintext)
+    refused = writer.post(url, body, format="json")
+    assert refused.status_code == 403, refused.content
+    assert "lacks the scope 'admin:write'" in refused.json()["detail"]
+    adminish = bearer(make_token(admin, "admin:write", name="admin").plaintext)
+    created = adminish.post(url, body, format="json")
+    assert created.status_code == 201, created.content
+    assert _status(adminish, "get", url) == 403  # writing is not reading
+
+
+def test_admin_only_actions_need_admin_write(world) -> None:
+    admin = world["admin"]
+    writer = bearer(make_token(admin, "inventory:read", "requests:write", name="writer").plaintext)
+    for url in ("/api/v1/access-requests/break-glass/", "/api/v1/tenants/newco/members/"):
+        response = writer.post(url, {}, format="json")
+        assert response.status_code == 403, (url, response.content)
+        assert "lacks the scope 'admin:write'" in response.json()["detail"]
+    assert _status(writer, "post", "/api/v1/access-requests/") == 400  # an ordinary request: requests:write
+    adminish = bearer(make_token(admin, "admin:write", name="admin").plaintext)
+    assert _status(adminish, "post", "/api/v1/access-requests/break-glass/") == 400  # past the scope: input
+    assert _status(adminish, "post", "/api/v1/access-requests/") == 403  # admin:write is not requests:write
+
+
 def test_read_only_computations_by_post_need_inventory_read(world) -> None:
     member = world["member"]
     reader = bearer(make_token(member, "inventory:read", name="reader").plaintext)
@@ -171,13 +201,15 @@ def test_views_that_declare_no_scope_refuse_tokens(world, rf) -> None:
         assert "does not accept API tokens" in response.data["detail"]
 
 
-def test_session_and_basic_requests_are_unaffected(world) -> None:
+def test_session_requests_are_unaffected_and_basic_is_refused(world) -> None:
     session = APIClient()
     session.force_login(world["member"])
     assert session.get("/api/v1/devices/").status_code == 200
     basic = APIClient()
     basic.credentials(HTTP_AUTHORIZATION="Basic ZmluYW5jZTpwdw==")  # finance:pw
-    assert basic.get("/api/v1/audit-events/").status_code == 200
+    refused = basic.get("/api/v1/audit-events/")
+    assert refused.status_code == 401  # no passwords on the API: tokens or sessions (docs/tokens.md)
+    assert refused["WWW-Authenticate"] == 'Bearer realm="api"'
 
 
 def test_anonymous_api_calls_answer_401_with_a_bearer_challenge(db) -> None:

@@ -162,7 +162,7 @@ def test_a_recent_use_costs_no_write(member) -> None:
 
 
 def test_token_writes_are_audited_as_the_token(platform_admin) -> None:
-    created = make_token(platform_admin, "inventory:read", "requests:write", name="provisioner")
+    created = make_token(platform_admin, "inventory:read", "admin:write", name="provisioner")
     response = bearer(created.plaintext).post("/api/v1/tenants/", {"slug": "ml-team", "name": "ML"}, format="json")
     assert response.status_code == 201, response.content
     event = AuditEvent.objects.get(verb="tenant.created")

@@ -45,9 +45,13 @@ def test_audit_readers_may_read(api: APIClient, request: pytest.FixtureRequest, 
         assert api.get(url).status_code == 200, url
 
 
-def test_basic_auth_works_for_a_siem_account(api: APIClient, finance) -> None:
+def test_a_siem_account_reads_with_a_token_not_a_password(api: APIClient, finance) -> None:
+    from tests.apitokens.conftest import make_token
+
     record(1)
-    api.credentials(HTTP_AUTHORIZATION="Basic ZmluYW5jZTpwdw==")  # finance:pw
+    api.credentials(HTTP_AUTHORIZATION="Basic ZmluYW5jZTpwdw==")  # finance:pw: the API takes no passwords
+    assert api.get(EXPORT).status_code == 401
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(finance, 'audit:read').plaintext}")
     assert api.get(EXPORT).status_code == 200
 
 

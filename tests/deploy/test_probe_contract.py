@@ -24,3 +24,17 @@ def test_probe_endpoints_answer_the_kubelet(path: str) -> None:
         kubelet = client.get(path, HTTP_HOST="10.244.1.17:8000", HTTP_USER_AGENT="kube-probe/1.34")
         assert kubelet.status_code == 200, f"{path}: {kubelet.status_code} {kubelet.get('Location', '')}"
 
+
+
+@pytest.mark.django_db
+def test_metrics_answer_the_scraper_only() -> None:
+    """/metrics answers the pod-IP request a Prometheus scrape job sends (like the probes), but only with the Secret's
+    token; through the Ingress (which routes every path to the web) it is refused like anywhere else."""
+    with override_settings(**PRODUCTION, PORTAL_METRICS_TOKEN="from-the-secret"):
+        client = Client()
+        public = client.get("/metrics", HTTP_HOST="portal.example.com", HTTP_X_FORWARDED_PROTO="https")
+        assert public.status_code == 401
+        scrape = client.get("/metrics", HTTP_HOST="10.244.1.17:8000", HTTP_AUTHORIZATION="Bearer from-the-secret")
+        assert scrape.status_code == 200, scrape.status_code
+    with override_settings(**PRODUCTION, PORTAL_METRICS_TOKEN=""):
+        assert Client().get("/metrics", HTTP_HOST="10.244.1.17:8000").status_code == 403  # no token: closed

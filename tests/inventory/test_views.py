@@ -357,6 +357,21 @@ def test_admin_keeps_kubeconfig_when_left_empty(client: Client, platform_admin: 
     bad = client.post(url, {**data, "kubeconfig": "not: [valid"})
     assert bad.status_code == 200
     assert b"not valid YAML" in bad.content
+    bomb = "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nclusters: [*b]\n"
+    refused = client.post(url, {**data, "kubeconfig": bomb})
+    assert refused.status_code == 200
+    assert b"kubeconfig refused (yaml-anchor)" in refused.content  # the hardened reader: no aliases
+
+
+def test_parse_kubeconfig_refuses_aliases_depth_and_several_documents() -> None:
+    from inventory.errors import ClusterConfigError
+    from inventory.services.clients import parse_kubeconfig
+
+    assert parse_kubeconfig("clusters: [{name: c}]\n") == {"clusters": [{"name": "c"}]}
+    for text in ("base: &x {name: c}\nclusters: [*x]\n", "clusters: " + "[" * 200 + "]" * 200 + "\n",
+                 "clusters: [{name: c}]\n---\nclusters: [{name: d}]\n"):
+        with pytest.raises(ClusterConfigError, match="refused"):
+            parse_kubeconfig(text)
 
 
 @pytest.mark.parametrize("model", ["syncstate", "node", "pod", "event", "resourceslice", "namespace"])

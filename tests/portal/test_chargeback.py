@@ -9,6 +9,7 @@ import csv
 import datetime as dt
 import io
 import itertools
+import re
 from decimal import Decimal
 
 import pytest
@@ -273,3 +274,56 @@ def test_statement_and_finance_pages(books, client) -> None:
     assert "2619.50 EUR" in html
     assert client.get("/chargeback/", {"month": "2026-11", "tenant": "vision"}).context["rows"][0]["tenant"] == "vision"
     assert client.get("/chargeback/", {"month": "garbage"}).status_code == 200  # falls back to this month
+
+
+FORMULAS = ("=HYPERLINK(\"http://evil.example/\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\t=1+1",
+            "\r=1+1")
+
+
+@pytest.mark.parametrize("value", ["=1", "+1+1", "-1+2", "-A1", "@x", "\t=1", "\r=1", "\t", "-"])
+def test_spreadsheet_safe_neutralises_every_formula_prefix(value: str) -> None:
+    from portal.csv_export import spreadsheet_safe
+
+    assert spreadsheet_safe(value) == "'" + value
+
+
+@pytest.mark.parametrize("value", ["-12.50", "+3", "1e-6", "-0.000001", "plain", "a=b", ""])
+def test_spreadsheet_safe_keeps_numbers_and_plain_text(value: str) -> None:
+    from portal.csv_export import spreadsheet_safe
+
+    assert spreadsheet_safe(value) == value
+    assert spreadsheet_safe(Decimal("-1.50")) == "-1.50"
+    assert spreadsheet_safe(-3) == -3
+
+
+def _cells(body: bytes) -> list[str]:
+    return [cell for row in csv.reader(io.StringIO(body.decode(), newline="")) for cell in row]
+
+
+def test_every_csv_export_neutralises_formulas(books) -> None:
+    """Tenant slugs and cost centres are typed by people; each CSV export (aggregated, detail, FOCUS) must carry
+    them as text, never as something a spreadsheet evaluates."""
+    AllocationInterval.objects.filter(name="open-1").delete()
+    tenants = list(Tenant.objects.order_by("slug"))
+    for position, tenant in enumerate(tenants):
+        Tenant.objects.filter(pk=tenant.pk).update(slug=FORMULAS[position], cost_center=FORMULAS[position + 3])
+    finance = make_user("fin", Role.FINANCE)
+    window = {"window": "2026-11-01,2026-12-01"}
+    exports = {
+        "aggregate": _api(finance).get("/api/v1/chargeback/", {**window, "aggregate": "tenant,cost_center",
+                                                               "format": "csv"}),
+        "detail": _api(finance).get("/api/v1/chargeback/", {**window, "detail": "intervals", "format": "csv"}),
+        "focus": _api(finance).get("/api/v1/chargeback/focus/", window),
+    }
+    number = re.compile(r"[+-]?\d+(\.\d+)?")
+    for name, response in exports.items():
+        assert response.status_code == 200, (name, response.content)
+        cells = _cells(response.content)
+        dangerous = [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r")) and not number.fullmatch(c)]
+        assert dangerous == [], name
+        for value in FORMULAS[:3] if name == "detail" else FORMULAS:
+            if name == "focus" and value in FORMULAS[:3]:
+                continue  # FOCUS names the tenant in x_tenant, checked below
+            assert "'" + value in cells, (name, value)
+    focus_cells = _cells(exports["focus"].content)
+    assert {"'" + value for value in FORMULAS} <= set(focus_cells)

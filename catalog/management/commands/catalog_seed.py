@@ -9,7 +9,6 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
@@ -18,6 +17,7 @@ from audit.services import audit_record
 from catalog.errors import OfferingValidationError
 from catalog.models import Offering, OfferingPrice
 from catalog.services.offerings import offering_create, offering_lifecycle_change, price_set
+from inventory.untrusted_text import UntrustedTextError, load_documents
 
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo_offerings.yaml"
 
@@ -33,7 +33,11 @@ class Command(BaseCommand):
                  "this year), so the demo's simulated history is priced. Only new offerings: no charge is rewritten.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        entries = yaml.safe_load(options["file"].read_text())
+        try:  # an operator's file: a larger size limit, the same hardened reader
+            documents = load_documents(options["file"].read_text(), max_bytes=64 * 1024 * 1024, max_documents=1)
+        except UntrustedTextError as exc:
+            raise CommandError(f"{options['file']}: {exc}") from None
+        entries = documents[0] if documents else None
         if not isinstance(entries, list):
             raise CommandError(f"{options['file']}: expected a list of offerings")
         created = 0

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from catalog import cel
+from inventory.untrusted_text import UntrustedTextError, load_documents
 
 MAX_DEVICE_BYTES = 1 << 20
 
@@ -56,9 +56,10 @@ class Command(BaseCommand):
         if len(text) > MAX_DEVICE_BYTES:
             raise CommandError("the device file is larger than 1 MiB", returncode=2)
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+            documents = load_documents(text, max_bytes=MAX_DEVICE_BYTES, max_documents=1)
+        except UntrustedTextError as exc:
             raise CommandError(f"{path} is not JSON or YAML: {str(exc)[:200]}", returncode=2) from None
+        data = documents[0] if documents else None
         if not isinstance(data, dict):
             raise CommandError(f"{path} must hold one device object (an entry of spec.devices[])", returncode=2)
         return data
