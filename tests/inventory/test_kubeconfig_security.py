@@ -8,6 +8,7 @@ official client would happily use it). The marker must never exist."""
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import html
 import json
@@ -192,7 +193,7 @@ def test_proxy_url_only_when_the_operator_allow_lists_it(settings) -> None:
     (lambda d: d.update({"current-context": "nope"}), '"current-context" names a context that is not in'),
     (lambda d: d["contexts"][0]["context"].update(user="ghost"), 'contexts[0] "c": field "user" names a user'),
     (lambda d: d["contexts"][0]["context"].update(cluster="ghost"), 'contexts[0] "c": field "cluster" names a'),
-    (lambda d: d["clusters"].append(d["clusters"][0]), 'clusters[1] "prod": the name is used twice'),
+    (lambda d: d["clusters"].append(copy.deepcopy(d["clusters"][0])), 'clusters[1] "prod": the name is used twice'),
     (lambda d: d["clusters"][0]["cluster"].update(server="file:///etc/passwd"), 'field "server" must be an http'),
     (lambda d: d["clusters"][0]["cluster"].update(server=f"https://u:{SECRET}@h"), 'field "server" must be an http'),
     (lambda d: d["clusters"][0]["cluster"].update({"certificate-authority-data": "not base64!"}),
@@ -309,7 +310,7 @@ def test_a_dry_run_on_the_web_never_runs_the_command(hostile: tuple[str, dict[st
     field, data = hostile
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
-    report = manifest_validate(text=yaml.safe_dump(pod), cluster=_stored(data), dry_run=True)
+    report = manifest_validate(text=yaml.safe_dump(pod), cluster=_stored(data), user=None, dry_run=True)
     unavailable = [f.message for f in report.findings if f.code == "dry-run-unavailable"]
     assert unavailable, report.findings
     _assert_refused(unavailable[0], field)

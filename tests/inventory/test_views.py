@@ -367,7 +367,10 @@ def test_parse_kubeconfig_refuses_aliases_depth_and_several_documents() -> None:
     from inventory.errors import ClusterConfigError
     from inventory.services.clients import parse_kubeconfig
 
-    assert parse_kubeconfig("clusters: [{name: c}]\n") == {"clusters": [{"name": "c"}]}
+    valid = ("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://k:6443'}}]\n"
+             "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+             "current-context: x\n")
+    assert parse_kubeconfig(valid)["clusters"] == [{"name": "c", "cluster": {"server": "https://k:6443"}}]
     for text in ("base: &x {name: c}\nclusters: [*x]\n", "clusters: " + "[" * 200 + "]" * 200 + "\n",
                  "clusters: [{name: c}]\n---\nclusters: [{name: d}]\n"):
         with pytest.raises(ClusterConfigError, match="refused"):
