@@ -177,17 +177,15 @@ HOLDER_FIELDS = ("claim_uid", "claim_namespace", "claim_name", "request_name", "
 
 
 def holder_rule(user: Any) -> Callable[[int, str], bool]:
-    """May `user` see who holds a device, or which pod runs on a node, in a namespace? Always in the namespaces of
-    the user's own tenants; elsewhere only for platform roles (with `inventory:sensitive` on a token). Everybody
-    else learns that a unit is in use, never by whom ("in use (another tenant)"). The rule is computed once (one
-    query) and applied to many rows."""
+    """May `user` see who holds a device, or which pod runs on a node, in a namespace? In the namespaces the user may
+    see (their tenants'; every namespace for the roles that see every tenant, as the pods and claims lists do) and,
+    with `inventory:sensitive` on a token, everywhere for platform roles. Everybody else learns that a unit is in
+    use, never by whom ("in use (another tenant)"). Computed once (one query) and applied to many rows."""
     from inventory.scoping import scope_for  # scoping imports the models; this module is imported by them
 
     if can_see_sensitive(user):
         return lambda cluster_id, namespace: True
     scope = scope_for(user)
-    if scope.everything:  # finance and other all-tenant readers: counts, not holders
-        return lambda cluster_id, namespace: not namespace
     return lambda cluster_id, namespace: not namespace or scope.allows(cluster_id, namespace)
 
 

@@ -140,8 +140,10 @@ def test_node_panel_shows_usage_and_holder_claim(client: Client, member: User) -
         response = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk}))
     assert len(response.context["devices"]) == 1
     assert "team-a/train-claim" in response.content.decode()
-    elsewhere = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk})).content.decode()
-    assert "train-claim" not in elsewhere  # every namespace visible, but holders are named to their tenant only
+    other = NamespaceScope(pairs=frozenset({(cluster.pk, "team-b")}))  # a member of another tenant
+    with tenancy_override(scope=lambda user: other, targets=lambda user, c: ["team-b"]):
+        elsewhere = client.get(reverse("inventory:node_devices", kwargs={"pk": node.pk})).content.decode()
+    assert "train-claim" not in elsewhere
     assert "in use (another tenant)" in elsewhere
 
 
