@@ -10,9 +10,10 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from inventory.models import Mode
+from inventory.models import Cluster, Mode
 from tests.inventory.factories import ClusterFactory, NodeFactory
 from tests.inventory.inventory_factories import DraDeviceFactory, PluginDeviceFactory, TimeSlicedDeviceFactory
+from tests.portal.factories import give_namespaces
 
 OVERVIEW_SHOT = Path(tempfile.gettempdir()) / "overview.png"
 CAPACITY_SHOT = Path(tempfile.gettempdir()) / "capacity.png"
@@ -119,6 +120,8 @@ def test_overview_link_opens_prefiltered_capacity(page: Page, live_server, fleet
 
 def test_node_page_lazy_loads_devices(page: Page, live_server, fleet: None) -> None:
     log_in(page, live_server, "/inventory/nodes/")
+    # alice's team owns team-ml: its claim is named to her (another tenant's would read "in use (another tenant)")
+    give_namespaces(User.objects.get(username="alice"), Cluster.objects.get(name="lab"), "team-ml")
     page.click("text=dra-01")
     panel = page.locator("#node-devices table.node-devices")
     expect(panel.locator("tbody tr[data-device]")).to_have_count(2)
