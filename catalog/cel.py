@@ -42,7 +42,7 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory
 
 from inventory.errors import PortalError
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import QuantityError, parse_quantity
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength, in bytes (Go's len())
 MAX_COST = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
@@ -165,25 +165,24 @@ SEMVER_TYPE = cel.Type("kubernetes.Semver")
 
 INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
-# resource.ParseQuantity's grammar: <signedNumber><suffix>, suffix one of binary SI, decimal SI or an exponent.
-_QUANTITY_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
-
-
 def parse_quantity_strict(text: str) -> Decimal:
-    """Parse a Kubernetes quantity exactly. The grammar check rejects what Go rejects ('200K', ' 1', 'NaN')."""
-    if not isinstance(text, str) or not _QUANTITY_RE.fullmatch(text):
+    """A Kubernetes quantity (`resource.ParseQuantity`, the shared grammar and rounding of inventory.k8s.semantics)
+    as an exact Decimal, for the CEL quantity library. Text only: '200K', ' 1' and 'NaN' are refused as Go refuses
+    them."""
+    if not isinstance(text, str):
         raise ValueError(f'invalid quantity "{str(text)[:80]}"')
+    try:
+        value = parse_quantity(text)
+    except QuantityError as exc:
+        reason = "quantity out of range" if "out of range" in str(exc) else "invalid quantity"
+        raise ValueError(f'{reason} "{text[:80]}"') from exc
     with localcontext() as context:
-        context.prec = len(text) + 40  # suffix multipliers add at most 19 digits: the result is exact
-        try:
-            value = parse_quantity(text)
-        except ValueError as exc:
-            raise ValueError(f'invalid quantity "{text[:80]}"') from exc
-    if not value.is_finite():
-        raise ValueError(f'invalid quantity "{text[:80]}"')
-    if value and not -_MAX_QUANTITY_MAGNITUDE <= value.adjusted() + 1 <= _MAX_QUANTITY_MAGNITUDE:
+        # The denominator is 2**a * 5**b (decimal digits and 1n rounding): the quotient has a finite expansion.
+        context.prec = len(str(value.numerator)) + len(str(value.denominator)) + 10
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+    if exact and not -_MAX_QUANTITY_MAGNITUDE <= exact.adjusted() + 1 <= _MAX_QUANTITY_MAGNITUDE:
         raise ValueError(f'quantity out of range "{text[:80]}"')
-    return value
+    return exact
 
 
 def _canonical_decimal(value: Decimal) -> str:

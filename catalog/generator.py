@@ -26,7 +26,7 @@ import yaml
 from catalog.errors import CatalogError
 from catalog.models import Lifecycle, Offering, UnitKind
 from catalog.versions import parse_version
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import is_dns_label, parse_quantity
 
 SHAPES = {
     "pod": "Pod",
@@ -37,7 +37,6 @@ SHAPES = {
 }
 DRA_SHAPES = {"claim-template-pod", "claim-template-job", "claim-pod"}
 MAX_COUNT = 64
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Docker/OCI reference: [registry[:port]/]path[:tag][@digest]; lowercase path components.
 _IMAGE = re.compile(
     r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*"
@@ -111,7 +110,7 @@ def _check(spec: WorkloadSpec) -> None:
     elif not offering.is_dra and spec.shape in DRA_SHAPES:
         add("shape", "This unit is served by a device plugin: request the extended resource with a Pod or Job.")
     for name, value in (("namespace", spec.namespace), ("name", spec.name)):
-        if not _DNS_LABEL.match(value or ""):
+        if not is_dns_label(value):
             add(name, "A DNS label: lowercase letters, digits and '-', at most 63 characters, starting and ending "
                       "with a letter or digit.")
     if spec.name and len(spec.name) > 52 and spec.shape.endswith("job"):

@@ -13,7 +13,9 @@ from typing import Any
 
 import orjson
 
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
+from inventory.k8s.semantics import format_quantity, parse_quantity
 from inventory.podstatus import (
     is_accelerator_pod,
     pod_claim_names,
@@ -48,12 +50,8 @@ def _strip_nul(value: Any) -> Any:
     return value
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _str(value: Any, limit: int = MAX_NAME) -> str:
@@ -86,10 +84,10 @@ def check_quantities(resources: Any, issues: list[str], field: str) -> dict[str,
             issues.append(f"{field}.{name}: unparsable quantity {text!r}")
             continue
         extended = name not in BUILTIN_RESOURCES and not str(name).startswith("hugepages-")
-        if extended and value != value.to_integral_value():
-            issues.append(f"{field}.{name}: extended resources are integers, got {text!r} (= {value})")
+        if extended and value.denominator != 1:
+            issues.append(f"{field}.{name}: extended resources are integers, got {text!r} (= {format_quantity(value)})")
         elif extended and ("e" in text.lower() or text.endswith("m")):
-            issues.append(f"{field}.{name}: unusual quantity notation {text!r} (= {value.normalize():f})")
+            issues.append(f"{field}.{name}: unusual quantity notation {text!r} (= {format_quantity(value)})")
         if value < 0:
             issues.append(f"{field}.{name}: negative quantity {text!r}")
     return out

@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 
-from inventory.choices import BLOCKING_TAINT_EFFECTS
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS
 from inventory.models import Cluster, Node
 from inventory.selectors import node_extended_resource_names
 

@@ -7,182 +7,42 @@ Pure Python, no Kubernetes client. Every public function accepts malformed input
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
-from fractions import Fraction
 from typing import Any
+
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_int as _int
+from inventory.k8s.semantics import as_list as _list
+from inventory.k8s.semantics import as_str as _str
+from inventory.k8s.semantics import pod_resources
 
 __all__ = [
     "LAYER_APPLICATION",
     "LAYER_NODE_SETUP",
     "LAYER_SCHEDULER",
-    "NATIVE",
     "PodStage",
     "Stage",
     "is_accelerator_pod",
-    "is_extended_resource_name",
-    "parse_quantity",
     "pod_claim_names",
     "pod_extended_requests",
     "pod_request_problems",
     "pod_stage",
 ]
 
-NATIVE = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}  # plus hugepages-*
-
 LAYER_SCHEDULER = "scheduler/quota/claims"
 LAYER_NODE_SETUP = "device-plugin/runtime/CDI/image"
 LAYER_APPLICATION = "driver/library/model/memory"
 
-_QUANTITY = re.compile(r"([+-]?)(\d{1,40}(?:\.\d{0,40})?|\.\d{1,40})(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d{1,3}|[mkMGTPE]?)")
-_DECIMAL_SUFFIX = {"": 0, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_BINARY_SUFFIX = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_MAX_EXPONENT = 30
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def parse_quantity(value: Any) -> Fraction | None:
-    """Exact value of a Kubernetes quantity (int, integral float or string like "2", "1e3", "500m", "1Ki"); None if unparsable."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(value) if value == value and value not in (float("inf"), float("-inf")) else None
-    if not isinstance(value, str):
-        return None
-    match = _QUANTITY.fullmatch(value.strip())
-    if match is None:
-        return None
-    sign, number, suffix = match.groups()
-    amount = Fraction(number)
-    if suffix in _BINARY_SUFFIX:
-        amount *= 2 ** _BINARY_SUFFIX[suffix]
-    else:
-        exponent = int(suffix[1:]) if len(suffix) > 1 else _DECIMAL_SUFFIX[suffix]
-        if abs(exponent) > _MAX_EXPONENT:
-            return None
-        amount *= Fraction(10) ** exponent
-    return -amount if sign == "-" else amount
-
-
-def is_extended_resource_name(name: Any) -> bool:
-    """True for vendor resource names (containing "/"), never for native names or hugepages-*."""
-    return isinstance(name, str) and "/" in name and not name.startswith("hugepages-") and name not in NATIVE
-
-
-def _integer_or_problem(where: str, name: str, value: Any) -> tuple[int | None, str]:
-    """Parse an extended-resource amount: (value, "") when a non-negative integer, else (None, problem)."""
-    amount = parse_quantity(value)
-    if amount is None:
-        return None, f"{where}: {name} is not a valid quantity, got {value!r}"
-    if amount.denominator != 1:
-        shown = value if isinstance(value, str) else str(float(amount))
-        return None, f"{where}: {name} must be an integer, got {shown}"
-    if amount < 0:
-        return None, f"{where}: {name} must not be negative, got {value}"
-    return int(amount), ""
-
-
-def _container_requests(where: str, container: Any) -> tuple[dict[str, int], list[str]]:
-    """Extended requests of one container (requests default to limits) and the problems found."""
-    resources = _dict(_dict(container).get("resources"))
-    requests, limits = _dict(resources.get("requests")), _dict(resources.get("limits"))
-    result: dict[str, int] = {}
-    problems: list[str] = []
-    names = [n for n in (*requests, *limits) if is_extended_resource_name(n)]
-    for name in dict.fromkeys(names):
-        request = limit = None
-        if name in requests:
-            request, problem = _integer_or_problem(where, name, requests[name])
-            if problem:
-                problems.append(problem)
-        if name in limits:
-            limit, problem = _integer_or_problem(where, name, limits[name])
-            if problem:
-                problems.append(problem)
-        if name in requests and name not in limits:
-            problems.append(f"{where}: {name} in requests only, without a limit")
-        if request is not None and limit is not None and request != limit:
-            problems.append(f"{where}: {name} request {request} != limit {limit}")
-        effective = request if name in requests else limit
-        if effective is not None:
-            result[name] = effective
-    return result, problems
-
-
-def _add(into: dict[str, int], other: dict[str, int]) -> None:
-    for name, amount in other.items():
-        into[name] = into.get(name, 0) + amount
-
-
-def _max(into: dict[str, int], other: dict[str, int]) -> None:
-    for name, amount in other.items():
-        into[name] = max(into.get(name, 0), amount)
-
-
-def _container_name(container: Any, index: int) -> str:
-    return _str(_dict(container).get("name")) or f"#{index}"
-
-
-def _effective(pod: Any) -> tuple[dict[str, int], list[str]]:
-    """Kubernetes' pod request rule (component-helpers resource.PodRequests) restricted to extended resources."""
-    spec = _dict(_dict(pod).get("spec"))
-    total: dict[str, int] = {}
-    problems: list[str] = []
-    for index, container in enumerate(_list(spec.get("containers"))):
-        requests, found = _container_requests(f"container {_container_name(container, index)}", container)
-        _add(total, requests)
-        problems.extend(found)
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for index, container in enumerate(_list(spec.get("initContainers"))):
-        requests, found = _container_requests(f"init container {_container_name(container, index)}", container)
-        problems.extend(found)
-        if _dict(container).get("restartPolicy") == "Always":
-            # A sidecar keeps running: it adds to the main containers and to every later init container.
-            _add(total, requests)
-            _add(sidecars, requests)
-            _max(init_peak, sidecars)
-        else:
-            during = dict(sidecars)
-            _add(during, requests)
-            _max(init_peak, during)
-    _max(total, init_peak)
-    for name, value in _dict(spec.get("overhead")).items():
-        if is_extended_resource_name(name):
-            amount, problem = _integer_or_problem("overhead", name, value)
-            if problem:
-                problems.append(problem)
-            elif amount is not None:
-                total[name] = total.get(name, 0) + amount
-    return {name: amount for name, amount in total.items() if amount > 0}, problems
-
 
 def pod_extended_requests(pod: dict) -> dict[str, int]:
     """Effective vendor extended-resource request of the pod (positive integers only); {} for malformed input."""
-    return _effective(pod)[0]
+    return pod_resources(pod).extended_requests()
 
 
 def pod_request_problems(pod: dict) -> list[str]:
     """Human-readable problems with the pod's extended-resource requests/limits, in spec order; [] if none."""
-    return _effective(pod)[1]
+    return pod_resources(pod).extended_messages
 
 
 def pod_claim_names(pod: dict) -> list[str]:

@@ -10,8 +10,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from inventory.choices import BLOCKING_TAINT_EFFECTS
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.kinds import MODELS, SYNCED_KINDS
 from inventory.models import Cluster, Node, Pod, SyncState
 

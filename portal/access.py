@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from inventory.errors import PortalError, StateConflictError
+from inventory.k8s.semantics import is_dns_subdomain
 from portal.models import (
     EXCEPTION_KEY_MAX,
     AccessKind,
@@ -48,7 +49,6 @@ DEFAULT_POLICIES: dict[str, dict[str, Any]] = {
     AccessKind.PRIVILEGED: {"max_window": dt.timedelta(days=7), "approvals": 2,
                             "review_timeout": dt.timedelta(hours=72), "delete_claims_at_end": False},
 }
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -87,7 +87,7 @@ def _validate_scope(kind: str, namespace: str, service_account: str, workload: s
         return "", ""
     if not service_account:
         raise AccessError("A privileged exception names the service account its pods run as.")
-    if len(service_account) > 253 or not _DNS_SUBDOMAIN.match(service_account):
+    if not is_dns_subdomain(service_account):
         raise AccessError(f"{service_account[:80]!r} is not a valid service account name.")
     if workload and (len(workload) > 63 or not _LABEL_VALUE.match(workload)):
         raise AccessError(f"{workload[:80]!r} is not a valid app.kubernetes.io/name label value.")

@@ -35,9 +35,9 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from catalog.kube import labels_match
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingPrice
 from inventory.errors import PortalError
+from inventory.k8s.semantics import labels_match
 from inventory.models import AllocationInterval, Cluster, Device, Node
 from portal.models import ChargeMapping, TenantNamespace, sees_all_tenants
 

@@ -395,7 +395,7 @@ def quota_apply_failed(*, cluster_id: int, namespace: str, error: str) -> None:
 
 
 def _quota_shows(cluster_id: int, namespace: str, hard: dict[str, str]) -> bool:
-    from inventory.k8s.quantity import parse_quantity
+    from inventory.k8s.semantics import parse_quantity
 
     mirrored = ResourceQuota.objects.live().filter(cluster_id=cluster_id, namespace=namespace, name=QUOTA_NAME
                                                    ).values_list("hard", flat=True).first()
@@ -465,7 +465,7 @@ def _observed(cluster_id: int, namespace: str, keys: set[str]) -> dict[str, str]
 
 
 def _same(desired: dict[str, str], observed: dict[str, str]) -> bool:
-    from inventory.k8s.quantity import parse_quantity
+    from inventory.k8s.semantics import parse_quantity
 
     if set(desired) != set(observed):
         return False

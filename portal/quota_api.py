@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from catalog.models import Offering
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import parse_quantity
 from inventory.models import Cluster, Device, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
 from portal.quota import (

@@ -4,7 +4,6 @@ explicit assignment."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -12,13 +11,10 @@ from django.db import transaction
 
 from audit.services import audit_record
 from inventory.errors import PortalError
+from inventory.k8s.semantics import is_dns_label, is_qualified_name
 from inventory.models import Cluster, Namespace
 from inventory.scoping import EVERYTHING, NOTHING, NamespaceScope
 from portal.models import NamespaceLabelRule, Tenant, TenantMembership, TenantNamespace
-
-_SLUG = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-._A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
 
 
 class TenancyError(PortalError):
@@ -27,7 +23,7 @@ class TenancyError(PortalError):
 
 @transaction.atomic(durable=True)
 def tenant_create(*, actor: Any, slug: str, name: str, cost_center: str = "") -> Tenant:
-    if not _SLUG.match(slug or ""):
+    if not is_dns_label(slug):
         raise TenancyError("A tenant slug is a DNS label (it is also the namespace label value).")
     if not (name or "").strip() or len(name) > 120:
         raise TenancyError("A name of 1-120 characters is required.")
@@ -68,7 +64,7 @@ def membership_set(*, actor: Any, tenant_id: int, username: str, role: str | Non
 def namespace_assign(*, actor: Any, tenant_id: int | None, cluster_id: int, namespace: str) -> TenantNamespace | None:
     """Assign a namespace to a tenant explicitly (tenant None: remove the assignment). Wins over the label rule."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    if not _SLUG.match(namespace or ""):
+    if not is_dns_label(namespace):
         raise TenancyError("A namespace name is a DNS label.")
     current = TenantNamespace.objects.select_for_update().filter(cluster=cluster, namespace=namespace).first()
     before = {"tenant": current.tenant.slug, "source": current.source} if current else None
@@ -93,7 +89,7 @@ def namespace_assign(*, actor: Any, tenant_id: int | None, cluster_id: int, name
 
 @transaction.atomic(durable=True)
 def label_rule_set(*, actor: Any, label_key: str, cluster_id: int | None = None) -> NamespaceLabelRule:
-    if not _LABEL_KEY.match(label_key or "") or len(label_key) > 317:
+    if not is_qualified_name(label_key):
         raise TenancyError("Not a label key (prefix/name, e.g. portal.example.com/tenant).")
     cluster = Cluster.objects.get(pk=cluster_id) if cluster_id is not None else None
     current = NamespaceLabelRule.objects.select_for_update().filter(cluster=cluster).first()

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.cel import CelError, compile_selector, match_devices
-from catalog.feasibility.predicates import taint_text
 from catalog.feasibility.snapshot import ClusterSnapshot, DeviceRecord
 from catalog.feasibility.viewer import EVERYONE, OTHER_CLAIM, Viewer
-from catalog.kube import toleration_tolerates
-from inventory.choices import BLOCKING_TAINT_EFFECTS
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, taint_text, toleration_tolerates
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
+from inventory.k8s.semantics import as_str as _str
 
 __all__ = [
     "Budget",
@@ -52,16 +53,10 @@ MAX_DEVICE_LINES = 6  # per request, in details
 ALLOCATION_RESULTS_MAX = 32  # resourceapi.AllocationResultsMaxSize
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 class ClaimsError(Exception):

@@ -36,12 +36,6 @@ from catalog.feasibility.dra import (
     resolve_claims,
 )
 from catalog.feasibility.hints import hints_for
-from catalog.feasibility.predicates import (
-    node_selector_matches,
-    taint_text,
-    term_failures,
-    term_matches,
-)
 from catalog.feasibility.reasons import (
     NO_NODES,
     REASON_AFFINITY,
@@ -55,12 +49,22 @@ from catalog.feasibility.reasons import (
     REASON_TOO_MANY_PODS,
     REASON_UNSCHEDULABLE,
 )
-from catalog.feasibility.resources import CPU, EPHEMERAL_STORAGE, MEMORY, format_amount, pod_requests
+from catalog.feasibility.resources import CPU, EPHEMERAL_STORAGE, MEMORY, format_amount
 from catalog.feasibility.snapshot import ClusterSnapshot, HostPort, NodeInfo, pod_host_ports
 from catalog.feasibility.viewer import EVERYONE, Viewer
-from catalog.kube import toleration_tolerates
-from inventory.choices import BLOCKING_TAINT_EFFECTS
-from inventory.podstatus import pod_request_problems
+from inventory.k8s.semantics import (
+    BLOCKING_TAINT_EFFECTS,
+    is_extended_resource,
+    node_selector_matches,
+    pod_resources,
+    taint_text,
+    term_failures,
+    term_matches,
+    toleration_tolerates,
+)
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
+from inventory.k8s.semantics import as_str as _str
 
 __all__ = [
     "Explanation",
@@ -117,16 +121,10 @@ class Explanation:
         }
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 @dataclass(slots=True)
@@ -143,13 +141,14 @@ class _Pod:
     host_ports: set[HostPort]
     claims: list[ClaimSpec]
     viewer: Viewer = EVERYONE
+    comparisons: bool = True  # toleration Lt/Gt exist on the cluster (ClusterSnapshot.toleration_comparisons)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     def tolerates(self, taint: Mapping[str, Any]) -> bool:
-        return any(toleration_tolerates(t, taint) for t in self.tolerations)
+        return any(toleration_tolerates(t, taint, comparisons=self.comparisons) for t in self.tolerations)
 
 
 @dataclass(slots=True)
@@ -162,10 +161,11 @@ class _Result:
 
 def _pod_context(pod: Mapping[str, Any], notes: list[str]) -> _Pod:
     metadata, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
-    requests, problems = pod_requests(pod)
-    notes.extend(problems)
-    notes.extend(f"{problem} (the API server rejects this)" for problem in pod_request_problems(dict(pod))
-                 if "!=" in problem or "requests only" in problem or "must be an integer" in problem)
+    resources = pod_resources(pod)
+    requests = resources.scheduler_requests()
+    for problem in resources.problems:  # malformed amounts are left out; an extended-resource rule is a hard error
+        notes.append(f"{problem.message} (the API server rejects this)" if is_extended_resource(problem.resource)
+                     else f"{problem.message}; ignored")
     selector: dict[str, str] = {}
     for key, value in _dict(spec.get("nodeSelector")).items():
         if isinstance(value, str):
@@ -396,6 +396,7 @@ def explain_pod(
         notes.append(f"kind {str(pod.get('kind'))[:40]!r} treated as a Pod")
     ctx = _pod_context(pod, notes)
     ctx.viewer = viewer
+    ctx.comparisons = snapshot.toleration_comparisons
     _unsupported_notes(pod, notes)
     if not total:
         return Explanation(False, NO_NODES, [], [], [], notes, 0, "")

@@ -15,11 +15,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from catalog.feasibility.predicates import term_matches
 from catalog.feasibility.reasons import REASON_AFFINITY
 from catalog.feasibility.resources import format_amount
 from catalog.feasibility.snapshot import BoundPod, ClusterSnapshot, NodeInfo
-from inventory.choices import BLOCKING_TAINT_EFFECTS
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, term_matches
 
 if TYPE_CHECKING:
     from catalog.feasibility.engine import _Pod, _Result

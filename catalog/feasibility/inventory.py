@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from catalog.feasibility.snapshot import TERMINAL_PHASES, ClusterSnapshot, snapshot_from_objects
+from inventory.k8s.semantics import kubernetes_version
 from inventory.models import (
     Cluster,
     DeviceClass,
@@ -41,4 +42,5 @@ def snapshot_for_cluster(cluster: Cluster | int | str) -> ClusterSnapshot:
         device_classes=_raw(DeviceClass.objects.live().filter(cluster=cluster)),
         resource_claims=_raw(ResourceClaim.objects.live().filter(cluster=cluster)),
         resource_claim_templates=_raw(ResourceClaimTemplate.objects.live().filter(cluster=cluster)),
+        kubernetes_version=kubernetes_version(cluster.server_version),
     )

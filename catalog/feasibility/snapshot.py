@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.cel import DeviceInput, device_input
-from catalog.feasibility.predicates import node_selector_matches
-from catalog.feasibility.resources import PODS, node_allocatable, pod_requests, quantity_int
-from inventory.choices import BLOCKING_TAINT_EFFECTS
+from catalog.feasibility.resources import PODS, node_allocatable, pod_requests
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, comparisons_enabled, node_selector_matches, scheduler_amount
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
+from inventory.k8s.semantics import as_str as _str
 
 __all__ = [
     "BoundPod",
@@ -43,16 +45,10 @@ CounterKey = tuple[str, str]  # (counter set, counter)
 HostPort = tuple[str, str, int]  # (protocol, hostIP, port)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _int(value: Any) -> int | None:
@@ -190,6 +186,8 @@ class ClusterSnapshot:
         self.allocated: dict[DeviceID, str] = {}  # device → "namespace/claim" holding it (non-admin results)
         self.claim_pods: dict[str, list[str]] = {}  # "namespace/claim" → "namespace/pod" from status.reservedFor
         self.notes: list[str] = []
+        # Toleration Lt/Gt (Kubernetes 1.35+, a feature gate): honoured unless the cluster is known to be older.
+        self.toleration_comparisons = True
         self._shared: list[_SharedTarget] = []
         self._node_devices: dict[str, tuple[int, ...]] = {}
         self._lock = threading.Lock()
@@ -348,7 +346,7 @@ def _counter_amounts(raw: Any) -> dict[str, int]:
     out = {}
     for counter, value in _dict(raw).items():
         try:
-            out[str(counter)] = quantity_int("", _dict(value).get("value"))
+            out[str(counter)] = scheduler_amount("", _dict(value).get("value"))
         except ValueError:
             continue
     return out
@@ -502,12 +500,18 @@ def snapshot_from_objects(
     device_classes: Sequence[dict] = (),
     resource_claims: Sequence[dict] = (),
     resource_claim_templates: Sequence[dict] = (),
+    kubernetes_version: tuple[int, int] | None = None,
 ) -> ClusterSnapshot:
-    """Index raw Kubernetes objects (`kubectl get -o json` items) for `explain_pod`. Never raises."""
+    """Index raw Kubernetes objects (`kubectl get -o json` items) for `explain_pod`. Never raises. With the
+    cluster's version, version-dependent rules (toleration Lt/Gt) follow it; without, the objects are taken as the
+    cluster accepted them."""
     collecting = gc.isenabled()
     gc.disable()  # a bulk build of long-lived objects: collections in the middle would only rescan them
     try:
-        return _build(nodes, pods, resource_slices, device_classes, resource_claims, resource_claim_templates)
+        snapshot = _build(nodes, pods, resource_slices, device_classes, resource_claims, resource_claim_templates)
+        if kubernetes_version is not None:
+            snapshot.toleration_comparisons = comparisons_enabled(kubernetes_version)
+        return snapshot
     finally:
         if collecting:
             gc.enable()

@@ -34,10 +34,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.kube import labels_match, untolerated_taints
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingCapacity
 from catalog.services.matching import ClusterDevices, Match, NodeFacts, clusters_devices
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import labels_match, parse_quantity, untolerated_taints
 from inventory.models import Cluster, Pod, ResourceClaim, ResourceClaimTemplate, ResourceQuota
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog import cel
-from catalog.kube import labels_match
 from catalog.models import DRA_KINDS, Offering
+from inventory.k8s.semantics import labels_match
 from inventory.models import Cluster, Device, DeviceClass, Node, Path
 
 logger = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from catalog import cel
 from catalog.errors import CatalogError, OfferingValidationError
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, OfferingPrice, UnitKind
 from catalog.versions import parse_version
+from inventory.k8s.semantics import is_dns_subdomain
 
 EDITABLE_FIELDS = (
     "slug", "name", "description", "unit_kind", "model", "memory_mib", "compute_share", "isolation", "fault_domain",
@@ -25,7 +26,6 @@ EDITABLE_FIELDS = (
     "upgrade_window",
 )
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _EFFECTS = {"", "NoSchedule", "PreferNoSchedule", "NoExecute"}
 
@@ -52,7 +52,7 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
     if kind in DRA_KINDS:
         if not device_class:
             _add(errors, "device_class_name", "A DRA offering is requested through a DeviceClass: name it.")
-        elif not _DNS_SUBDOMAIN.match(device_class) or len(device_class) > 253:
+        elif not is_dns_subdomain(device_class):
             _add(errors, "device_class_name", "Not a valid DeviceClass name (a DNS subdomain).")
     elif kind in UnitKind.values:
         if not resource:

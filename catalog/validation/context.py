@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from catalog.validation.findings import Finding
-from catalog.validation.objects import ADMIN_ACCESS_LABEL, as_dict, as_list, as_str, quantity
-from catalog.validation.schema import parse_version
+from catalog.validation.objects import ADMIN_ACCESS_LABEL
+from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version
+from inventory.k8s.semantics import quantity_or_none as quantity
 
 if TYPE_CHECKING:
     from inventory.models import Cluster
@@ -61,7 +62,7 @@ def class_extended_resource_name(raw: Any) -> str:
 
 
 def _version_text(server_version: str) -> str:
-    parsed = parse_version(server_version or "")
+    parsed = kubernetes_version(server_version or "")
     if parsed is None:
         return DEFAULT_KUBERNETES_VERSION
     return f"{parsed[0]}.{parsed[1]}.0"

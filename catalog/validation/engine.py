@@ -12,7 +12,6 @@ from catalog.validation.objects import (
     CLAIM,
     CLAIM_TEMPLATE,
     PodHolder,
-    as_dict,
     metadata,
     namespace_of,
     pod_holder,
@@ -23,6 +22,7 @@ from catalog.validation.policy import check_policy
 from catalog.validation.quota import check_quota
 from catalog.validation.schema import check_schema, resolve_version
 from catalog.validation.semantics import Manifest, check_semantics
+from inventory.k8s.semantics import as_dict
 
 
 def validate_manifest(text: str, context: ValidationContext) -> ValidationReport:

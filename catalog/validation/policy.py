@@ -15,8 +15,9 @@ from typing import Any
 
 from catalog.validation.context import ValidationContext
 from catalog.validation.findings import Finding, join, plain, show
-from catalog.validation.objects import PodHolder, as_dict, as_list, as_str, containers, is_extended_resource
+from catalog.validation.objects import PodHolder, containers
 from inventory.k8s.podsecurity import ALLOWED_CAPABILITIES, CONTROL_BY_ID, Violation, baseline_violations
+from inventory.k8s.semantics import as_dict, as_list, as_str, is_extended_resource
 
 VISIBLE_DEVICES_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 DANGEROUS_CAPABILITIES = {"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"}

@@ -23,18 +23,16 @@ from catalog.validation.objects import (
     CLAIM,
     CLAIM_TEMPLATE,
     PodHolder,
-    as_dict,
-    as_list,
-    as_str,
     containers,
     device_demand,
     name_of,
     namespace_of,
     pod_resource_totals,
-    quantity,
     type_of,
 )
 from catalog.validation.semantics import Manifest
+from inventory.k8s.semantics import as_dict, as_list, as_str
+from inventory.k8s.semantics import quantity_or_none as quantity
 from inventory.podstatus import pod_extended_requests
 
 ALIASES = {

@@ -20,6 +20,7 @@ from referencing import Registry, Resource
 
 from catalog.validation.findings import Finding, child, document_path, escape, show
 from catalog.validation.objects import CLAIM, CLAIM_TEMPLATE, JOB, POD, SUPPORTED, type_of
+from inventory.k8s.semantics import kubernetes_version
 
 MAX_FINDINGS_PER_DOCUMENT = 50
 # Validators whose failure means the document does not have the shape the later layers read.
@@ -31,7 +32,6 @@ _FILES = {
     CLAIM: "resourceclaim-resource-v1.json",
     CLAIM_TEMPLATE: "resourceclaimtemplate-resource-v1.json",
 }
-_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,5}))?")
 _lock = threading.Lock()
 
 
@@ -50,16 +50,10 @@ def available_versions() -> tuple[tuple[int, int, int], ...]:
     return tuple(sorted(found))
 
 
-def parse_version(text: str) -> tuple[int, int] | None:
-    """(major, minor) of '1.35', 'v1.34.1', '1.34.1-gke.100'; None when it is not a version."""
-    match = _VERSION.match(text.strip()) if isinstance(text, str) else None
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def resolve_version(requested: str) -> tuple[str, str]:
     """The schema version to use for `requested` (the newest one not newer than it) and a note when it differs."""
     versions = available_versions()
-    wanted = parse_version(requested)
+    wanted = kubernetes_version(requested)
     newest = versions[-1]
     if wanted is None:
         return _text(newest), f"{show(requested)} is not a Kubernetes version; using the schema of {_short(newest)}"

@@ -24,30 +24,35 @@ from catalog.validation.objects import (
     CLAIM_TEMPLATE,
     DEVICE_REQUESTS_MAX,
     FIRST_AVAILABLE_MAX,
-    IMPLICIT_EXTENDED_PREFIX,
     JOB,
-    NATIVE_CONTAINER_RESOURCES,
     SELECTORS_MAX,
     PodHolder,
+    claim_spec,
+    containers,
+    metadata,
+    namespace_of,
+    pod_holder,
+    request_names,
+    type_of,
+)
+from inventory.k8s.semantics import (
+    IMPLICIT_EXTENDED_PREFIX,
+    NATIVE_CONTAINER_RESOURCES,
     as_dict,
     as_int,
     as_list,
     as_str,
-    claim_spec,
-    containers,
+    comparisons_enabled,
     dns_label_problem,
     dns_subdomain_problem,
     is_extended_resource,
     is_native_container_resource,
+    kubernetes_version,
     label_value_problem,
-    metadata,
-    namespace_of,
-    pod_holder,
     qualified_name_problem,
-    quantity,
-    request_names,
-    type_of,
+    term_failures,
 )
+from inventory.k8s.semantics import quantity_or_none as quantity
 
 ADMIN_ACCESS_MESSAGE = (
     "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label on the containing "
@@ -302,6 +307,58 @@ def _check_pod_spec(holder: PodHolder, context: ValidationContext, manifest: Man
                                      f"pod claim {show(claim_name)} is not used by any container: its devices are "
                                      "allocated but no container gets them", "unused-pod-claim",
                                      "list it under the container's resources.claims"))
+    findings += _check_tolerations(spec, spec_path, context)
+    findings += _check_node_affinity(spec, spec_path)
+    return findings
+
+
+def _check_tolerations(spec: dict[str, Any], spec_path: str, context: ValidationContext) -> list[Finding]:
+    """The API server's toleration rules, and the Lt/Gt operators of Kubernetes 1.35+ (an alpha feature gate)."""
+    findings: list[Finding] = []
+    version = kubernetes_version(context.kubernetes_version)
+    for position, toleration in enumerate(as_list(spec.get("tolerations"))):
+        toleration = as_dict(toleration)
+        path = join(spec_path, "tolerations", position)
+        key, operator, value = toleration.get("key") or "", toleration.get("operator") or "Equal", toleration.get(
+            "value") or ""
+        if operator not in ("Equal", "Exists", "Lt", "Gt"):
+            findings.append(_error(join(path, "operator"), f"toleration operator {show(operator)} is not Equal, "
+                                   "Exists, Lt or Gt", "invalid-toleration"))
+        elif not key and operator != "Exists":
+            findings.append(_error(join(path, "operator"), "a toleration without a key must use operator Exists "
+                                   "(it then tolerates every taint)", "invalid-toleration"))
+        elif operator == "Exists" and value:
+            findings.append(_error(join(path, "value"), "a toleration with operator Exists must not have a value",
+                                   "invalid-toleration"))
+        elif operator in ("Lt", "Gt"):
+            if not comparisons_enabled(version):
+                findings.append(_error(join(path, "operator"), f"toleration operator {operator} needs Kubernetes "
+                                       f"1.35 or later; the cluster runs {plain(context.kubernetes_version)}",
+                                       "toleration-operator-unsupported", "use Equal or Exists"))
+            elif not re.fullmatch(r"-?(?:0|[1-9]\d{0,18})", value if isinstance(value, str) else ""):
+                findings.append(_error(join(path, "value"), f"toleration operator {operator} compares numbers: "
+                                       f"the value {show(value)} is not a decimal integer", "invalid-toleration"))
+            else:
+                findings.append(_warning(join(path, "operator"), f"toleration operator {operator} needs the "
+                                         "TaintTolerationComparisonOperators feature gate (alpha): without it the "
+                                         "API server refuses the pod", "toleration-operator-alpha"))
+    return findings
+
+
+def _check_node_affinity(spec: dict[str, Any], spec_path: str) -> list[Finding]:
+    """A required node-affinity requirement that does not parse makes its whole term match no node (kube-scheduler
+    treats the term as not matching, even a NotIn that would hold)."""
+    findings: list[Finding] = []
+    required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    for t, term in enumerate(as_list(required.get("nodeSelectorTerms"))):
+        term_path = join(spec_path, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                         "nodeSelectorTerms", t)
+        problems = [failure for failure in term_failures(term, {}, "") if "not a valid" in failure]
+        if problems:
+            findings.append(_error(term_path, f"this term matches no node: {problems[0]}", "invalid-node-affinity",
+                                   "fix the key, operator or values (In/NotIn values must be valid label values; "
+                                   "Gt/Lt take one integer)"))
     return findings
 
 

@@ -10,6 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.api.serializers import ClusterRefSerializer
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
 from inventory.redaction import holder_visible, redact_attributes, redact_holder, redact_tree, redact_value
 from inventory.representations import DEVICE_DOCUMENT_FIELDS
@@ -20,12 +22,8 @@ def _user(serializer: serializers.Serializer) -> Any:
     return getattr(request, "user", None)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 class DeviceSerializer(serializers.ModelSerializer):

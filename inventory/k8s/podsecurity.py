@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_list as _list
+
 POLICY_VERSION = "v1.35"
 
 # check_capabilities_baseline.go: capabilities_allowed_1_0 (exact, case-sensitive names without the CAP_ prefix).
@@ -195,12 +198,8 @@ class Violation:
 # ------------------------------------------------------------------------------------------------ evaluation
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 _MISSING = object()

@@ -28,9 +28,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from inventory.choices import BLOCKING_TAINT_EFFECTS
 from inventory.extract import parse_time
-from inventory.k8s.quantity import parse_quantity
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.models import (
     AllocationInterval,
     ChangeEvent,
@@ -90,7 +89,7 @@ def _int(value: Any) -> int:
         number = parse_quantity(value)
     except ValueError:
         return 0
-    return int(number) if number == number.to_integral_value() else 0
+    return int(number) if number.denominator == 1 else 0
 
 
 def _label_int(labels: dict[str, str], key: str) -> int | None:

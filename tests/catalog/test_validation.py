@@ -1033,3 +1033,26 @@ def test_no_shape_of_document_makes_a_layer_raise() -> None:
                     and f.severity in ("error", "warning", "info") for f in report.findings)
                 checked += 1
     assert checked > 500
+
+
+@pytest.mark.parametrize(("toleration", "version", "expected"), [
+    ({"key": "gpu", "operator": "Equal", "value": "x", "effect": "NoSchedule"}, "1.35.0", []),
+    ({"key": "gpu", "operator": "Exists", "value": "x"}, "1.35.0", ["invalid-toleration"]),
+    ({"operator": "Equal", "value": "x"}, "1.35.0", ["invalid-toleration"]),
+    ({"key": "gpu", "operator": "Bigger", "value": "1"}, "1.35.0", ["invalid-toleration"]),
+    ({"key": "gpu", "operator": "Lt", "value": "10"}, "1.34.0", ["toleration-operator-unsupported"]),
+    ({"key": "gpu", "operator": "Gt", "value": "010"}, "1.35.0", ["invalid-toleration"]),
+    ({"key": "gpu", "operator": "Gt", "value": "10"}, "1.35.0", ["toleration-operator-alpha"]),
+])
+def test_tolerations_follow_the_api_server_and_the_clusters_version(toleration: dict[str, Any], version: str,
+                                                                     expected: list[str]) -> None:
+    report = run(pod(tolerations=[toleration]), context=ValidationContext(kubernetes_version=version))
+    found = [c for c in codes(report, "semantics") if "toleration" in c]
+    assert found == expected
+
+
+def test_a_node_affinity_requirement_that_does_not_parse_voids_its_term() -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["not a label value!"]}]}]}}}
+    report = run(pod(affinity=affinity))
+    assert "invalid-node-affinity" in codes(report, "semantics", "error")

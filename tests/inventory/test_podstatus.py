@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from inventory.podstatus import (
     PodStage,
     Stage,
     is_accelerator_pod,
-    parse_quantity,
     pod_claim_names,
     pod_extended_requests,
     pod_request_problems,
@@ -40,71 +38,6 @@ def pod(containers: list[Any] | None = None, init: list[Any] | None = None, **sp
     if init is not None:
         body["initContainers"] = init
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"}, "spec": body}
-
-
-# --- quantities -------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("1", Fraction(1)),
-        ("2", Fraction(2)),
-        ("1e3", Fraction(1000)),
-        ("1E3", Fraction(1000)),
-        ("1k", Fraction(1000)),
-        ("2M", Fraction(2_000_000)),
-        ("1G", Fraction(10**9)),
-        ("1T", Fraction(10**12)),
-        ("1P", Fraction(10**15)),
-        ("1E", Fraction(10**18)),
-        ("1Ki", Fraction(1024)),
-        ("1Mi", Fraction(1024**2)),
-        ("1Gi", Fraction(1024**3)),
-        ("1Ti", Fraction(1024**4)),
-        ("1Pi", Fraction(1024**5)),
-        ("1Ei", Fraction(1024**6)),
-        ("500m", Fraction(1, 2)),
-        ("2000m", Fraction(2)),
-        ("0.5", Fraction(1, 2)),
-        ("1.0", Fraction(1)),
-        (".5", Fraction(1, 2)),
-        ("+3", Fraction(3)),
-        ("-1", Fraction(-1)),
-        ("12e-1", Fraction(6, 5)),
-        (" 4 ", Fraction(4)),
-        (4, Fraction(4)),
-        (2.0, Fraction(2)),
-        (0.5, Fraction(1, 2)),
-    ],
-)
-def test_parse_quantity(value: Any, expected: Fraction) -> None:
-    assert parse_quantity(value) == expected
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "",
-        "abc",
-        "1x",
-        "1 Gi",
-        "Gi",
-        "1e",
-        "1e99999999",
-        "1.2.3",
-        "--1",
-        None,
-        True,
-        [],
-        {},
-        float("nan"),
-        float("inf"),
-        "9" * 100,
-    ],
-)
-def test_parse_quantity_rejects(value: Any) -> None:
-    assert parse_quantity(value) is None
 
 
 # --- extended requests ------------------------------------------------------------------------------------------

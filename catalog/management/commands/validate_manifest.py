@@ -35,7 +35,7 @@ from catalog.validation import (
     format_text,
     validate_manifest,
 )
-from catalog.validation.schema import parse_version
+from inventory.k8s.semantics import kubernetes_version
 from inventory.models import Cluster
 
 
@@ -72,7 +72,7 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot read the inventory: {exc.__class__.__name__}", returncode=2) from None
         version = options["kubernetes_version"]
         if version:
-            if not re.fullmatch(r"v?\d{1,3}\.\d{1,3}(?:\.\d{1,5})?", version) or parse_version(version) is None:
+            if not re.fullmatch(r"v?\d{1,3}\.\d{1,3}(?:\.\d{1,5})?", version) or kubernetes_version(version) is None:
                 raise CommandError(f"--kubernetes-version {version!r} is not a version such as 1.35", returncode=2)
             context = replace(context, kubernetes_version=version)
         report = text if isinstance(text, ValidationReport) else validate_manifest(text, context)
