@@ -319,3 +319,25 @@ def test_dra_backed_extended_resource_is_counted_once_as_the_claims_devices(clus
     derive_cluster(cluster_id=cluster.pk)  # from scratch: the same rows
     assert sorted(AllocationInterval.objects.filter(cluster=cluster).values_list(
         "holder_kind", "name", "resource", "quantity")) == intervals
+
+
+def test_rename_by_default_gpu_shared_units_are_time_slice_replicas(cluster, apply) -> None:
+    """renameByDefault: the device plugin advertises nvidia.com/gpu.shared, and GFD leaves the product label without
+    -SHARED (the resource name marks the sharing). The units are replicas of the labelled cards."""
+    labels = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "15360",
+              "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    apply("nodes", node("t4", capacity={"nvidia.com/gpu.shared": "8"}, allocatable={"nvidia.com/gpu.shared": "4"},
+                        labels=labels))
+    apply("pods", *[pod(f"nb{i}", "t4", {"nvidia.com/gpu.shared": "1"}) for i in range(3)])
+    row = device(cluster, "node/t4/nvidia.com/gpu.shared")
+    assert (row.mode, row.model, row.resource_name, row.unit) == (
+        Mode.TIME_SLICING, "Tesla-T4", "nvidia.com/gpu.shared", "nvidia.com/gpu.shared")
+    assert (row.units_per_card, row.cards, row.memory_mib) == (4, 2.0, 15360)  # 8 replicas of 2 cards
+    assert (row.capacity, row.allocatable, row.in_use, row.free, row.unhealthy) == (8, 4, 3, 1, 4)
+    assert not Device.objects.filter(cluster=cluster, resource_name="nvidia.com/gpu").exists()
+    # Even without the strategy label (an older GFD), the .shared name alone says "replicas".
+    apply("nodes", node("t4", capacity={"nvidia.com/gpu.shared": "8"},
+                        labels={**labels, "nvidia.com/gpu.sharing-strategy": "none"}), event="MODIFIED")
+    assert device(cluster, "node/t4/nvidia.com/gpu.shared").mode == Mode.TIME_SLICING
+    overview = {r.unit: r for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
+    assert overview["nvidia.com/gpu.shared"].cards == 2
