@@ -12,7 +12,7 @@ from catalog.services.offerings import EDITABLE_FIELDS
 from inventory.api.serializers import ClusterRefSerializer
 
 CAPACITY_FIELDS = [
-    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "cards",
+    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "blocked", "cards",
     "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
     "quota_capacity", "oversubscription", "selector_errors", "free_by_node",
 ]
@@ -64,6 +64,7 @@ class CapacityTotalsSerializer(serializers.Serializer):
     held = serializers.IntegerField()
     free = serializers.IntegerField()
     unknown = serializers.IntegerField()
+    blocked = serializers.IntegerField()
     cards = serializers.FloatField()
     free_cards = serializers.IntegerField()
     contested = serializers.IntegerField()
