@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from catalog.sharing import refuses_more_than_one
 from inventory.models import Cluster, Mode
 
 
@@ -143,6 +144,11 @@ class Offering(models.Model):
     @property
     def is_dra(self) -> bool:
         return self.unit_kind in DRA_KINDS
+
+    @property
+    def one_unit_per_container(self) -> bool:
+        """Whether the pool's device plugin refuses more than one unit per container (catalog/sharing.py)."""
+        return refuses_more_than_one(self.unit_kind, self.fail_requests_greater_than_one)
 
     def price_at(self, moment: object | None = None) -> OfferingPrice | None:
         moment = moment or timezone.now()
