@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from catalog.kube import labels_match
-from catalog.sharing import MPS, TIME_SLICING, node_sharing, refuses_more_than_one
+from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
 from catalog.validation.findings import Finding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL, as_dict, as_list, as_str, quantity
 from catalog.validation.schema import parse_version
@@ -189,9 +189,10 @@ def build_context(
         for name in names:
             labels = all_nodes[name]
             sharing = node_sharing(labels, resource)
-            declared = any(r == resource and labels_match(labels, selector) for r, selector in strict_pools)
-            if declared and sharing != MPS:
-                sharing = TIME_SLICING  # the catalog says this pool time-slices the resource
+            # The catalog's declaration counts where the node time-slices the resource (the offering sells
+            # time-slicing units: the inventory's device mode comes from the same labels), never on whole cards.
+            declared = sharing == TIME_SLICING and any(
+                r == resource and labels_match(labels, selector) for r, selector in strict_pools)
             entries.append(SharedNode(name, labels, blocking.get(name, []), sharing,
                                       refuses_more_than_one(sharing, declared)))
         if any(entry.sharing for entry in entries):

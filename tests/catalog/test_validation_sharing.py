@@ -86,6 +86,14 @@ def test_a_time_sliced_pool_that_fails_requests_greater_than_one_is_an_error_wit
                                                    "['nvidia.com/gpu']")
 
 
+def test_the_setting_never_applies_to_whole_cards() -> None:
+    """A time-slicing offering whose selector also matches whole-card nodes (here: none) marks only the nodes that
+    GPU feature discovery says are time-sliced."""
+    report = validate_manifest(_gpu_pod(selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                               _context(("nvidia.com/gpu", {})))
+    assert not _shared(report)
+
+
 def test_without_the_setting_two_replicas_are_granted_but_not_two_cards() -> None:
     report = validate_manifest(_gpu_pod(selector={"nvidia.com/gpu.product": "Tesla-T4-SHARED"}), _context())
     [finding] = _shared(report)
