@@ -168,7 +168,8 @@ class OfferingForm(ServiceErrorsMixin, forms.Form):
         ("Offering", ("name", "slug", "description", "unit_kind")),
         (
             "What one unit guarantees",
-            ("model", "memory_mib", "compute_share", "isolation", "fault_domain", "units_per_card", "request_sizes"),
+            ("model", "memory_mib", "compute_share", "isolation", "fault_domain", "units_per_card",
+             "fail_requests_greater_than_one", "request_sizes"),
         ),
         ("How it is requested", ("resource_name", "device_class_name", "cel_selector", "node_selector", "tolerations")),
         (
@@ -200,6 +201,11 @@ class OfferingForm(ServiceErrorsMixin, forms.Form):
     fault_domain = forms.CharField(required=False, max_length=200)
     units_per_card = forms.IntegerField(
         initial=1, min_value=1, max_value=1024, help_text="Replicas, shares or slices per card."
+    )
+    fail_requests_greater_than_one = forms.BooleanField(
+        label="Fails requests for more than one unit", required=False,
+        help_text="Time-slicing: the pool's device plugin config sets failRequestsGreaterThanOne (nothing on the node "
+                  "says so). MPS pools always refuse more than one share per container.",
     )
     request_sizes = StructuredField(kind=list, help_text="Common request sizes in units, e.g. [1, 2, 4, 8].")
     resource_name = forms.CharField(required=False, max_length=253, help_text="Extended resource, e.g. nvidia.com/gpu.")

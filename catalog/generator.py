@@ -25,6 +25,7 @@ import yaml
 
 from catalog.errors import CatalogError
 from catalog.models import Lifecycle, Offering, UnitKind
+from catalog.sharing import not_additive_message, refused_message
 from catalog.versions import parse_version
 from inventory.k8s.semantics import is_dns_label, parse_quantity
 
@@ -118,10 +119,16 @@ def _check(spec: WorkloadSpec) -> None:
     if not isinstance(spec.count, int) or not 1 <= spec.count <= MAX_COUNT:
         add("count", f"Between 1 and {MAX_COUNT} units.")
     elif offering.unit_kind in {UnitKind.TIME_SLICING, UnitKind.MPS} and spec.count != 1:
-        add("count", f"A {offering.get_unit_kind_display().lower()} is a scheduling ticket, not a fraction of "
-                     "memory or compute: pools that share cards fail requests for more than one "
-                     "(failRequestsGreaterThanOne), and two tickets would not give twice the card. Ask for 1, or "
-                     "choose a whole-card or MIG offering.")
+        # One rule for the generator and the validator (catalog/sharing.py): MPS pools always refuse more than one
+        # share per container, time-sliced pools when their offering says failRequestsGreaterThanOne; elsewhere
+        # the replicas are granted but are not cards.
+        resource = spec.extended_resource_name or offering.resource_name
+        if offering.one_unit_per_container:
+            add("count", f"Ask for 1: {refused_message(resource, spec.count)}. For more, choose a whole-card or MIG "
+                         "offering.")
+        else:
+            add("count", f"Ask for 1: {not_additive_message(offering.get_unit_kind_display().lower(), spec.count)}. "
+                         "For more, choose a whole-card or MIG offering.")
     if not isinstance(spec.parallelism, int) or not 1 <= spec.parallelism <= 64:
         add("parallelism", "Between 1 and 64 pods.")
     if len(spec.image or "") > 255 or not _IMAGE.match(spec.image or ""):

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from catalog.sharing import refuses_more_than_one
 from inventory.models import Cluster, Mode
 
 
@@ -79,6 +80,11 @@ class Offering(models.Model):
     isolation = models.CharField(max_length=12, choices=Isolation.choices)
     fault_domain = models.CharField(max_length=200, blank=True)
     units_per_card = models.PositiveIntegerField(default=1, help_text="Replicas, shares or slices per card.")
+    fail_requests_greater_than_one = models.BooleanField(
+        default=False, help_text="Time-slicing: the pool's device plugin config sets failRequestsGreaterThanOne, so "
+        "a container asking for more than one replica is rejected at admission (MPS pools always reject it; "
+        "catalog/sharing.py).",
+    )
     request_sizes = models.JSONField(
         default=list, blank=True, help_text="Common request sizes in units, e.g. [1, 2, 4, 8]; the largest one is "
         "the reference for stranded units and fragmentation (docs/catalog.md).",
@@ -139,6 +145,11 @@ class Offering(models.Model):
     def is_dra(self) -> bool:
         return self.unit_kind in DRA_KINDS
 
+    @property
+    def one_unit_per_container(self) -> bool:
+        """Whether the pool's device plugin refuses more than one unit per container (catalog/sharing.py)."""
+        return refuses_more_than_one(self.unit_kind, self.fail_requests_greater_than_one)
+
     def price_at(self, moment: object | None = None) -> OfferingPrice | None:
         moment = moment or timezone.now()
         for price in self.prices.all():  # prefetched in lists
@@ -187,7 +198,13 @@ class CapacityFigures(models.Model):
     allocatable = models.IntegerField(default=0)
     held = models.IntegerField(default=0)
     free = models.IntegerField(default=0)
-    unknown = models.IntegerField(default=0, help_text="Units in incomplete DRA pools: neither free nor held.")
+    unknown = models.IntegerField(
+        default=0, help_text="Allocatable units of incomplete DRA pools that no claim holds: neither free nor held."
+    )
+    blocked = models.IntegerField(
+        default=0, help_text="Held units that no claim holds directly: DRA partitions (or whole cards) whose shared "
+        "counters other allocations on the same card consumed. Part of held.",
+    )
     cards = models.FloatField(default=0, help_text="Physical cards behind the units.")
     free_cards = models.IntegerField(default=0, help_text="DRA: physical cards with at least one free unit.")
     contested = models.IntegerField(

@@ -12,10 +12,11 @@ from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from catalog.models import CapacitySample, Lifecycle, Offering, OfferingCapacity, OfferingPrice
+from catalog.services.capacity import fragmentation_index
 from catalog.services.compatibility import Verdict, offerings_check
 
-SUMMED = ("total_units", "allocatable", "held", "free", "unknown", "feasible_nodes", "stranded", "pending_pods",
-          "free_cards", "contested", "selector_errors")
+SUMMED = ("total_units", "allocatable", "held", "free", "unknown", "blocked", "feasible_nodes", "stranded",
+          "pending_pods", "free_cards", "contested", "selector_errors")
 
 
 @dataclass
@@ -36,7 +37,8 @@ class CapacityTotals:
 
     @property
     def fragmentation(self) -> float:
-        return round(self.values.get("stranded", 0) / self.values["free"], 4) if self.values.get("free") else 0.0
+        """Over every cluster, by the same definition as one cluster's: 1 - largest placeable / free."""
+        return fragmentation_index(largest_placeable=self.largest_placeable, free=self.values.get("free", 0))
 
 
 def capacity_totals(rows: list[OfferingCapacity]) -> CapacityTotals:

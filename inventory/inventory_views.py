@@ -10,7 +10,7 @@ from itertools import groupby
 from typing import Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.db.models import Case, QuerySet, Value, When
+from django.db.models import Case, F, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.views import View
@@ -20,6 +20,7 @@ from django_filters.views import FilterView
 from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, Finding, Node, Path, Pod
 from inventory.overview import accelerator_overview
+from inventory.podstatus import pod_claim_served_resources
 from inventory.redaction import (
     REDACTED,
     can_see_sensitive,
@@ -120,17 +121,20 @@ class DeviceDetailView(LoginRequiredMixin, DetailView):
 
 def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
     """Live pods on the device's node requesting its extended resource, with the amount (Python filter: SQLite too).
-    Of every tenant: the caller shows only those `holder_rule` allows and counts the others."""
+    Of every tenant: the caller shows only those `holder_rule` allows and counts the others. A request the scheduler
+    served through a generated DRA claim (DRAExtendedResource) is not this device's: the claim's devices hold it."""
     pods = (
         Pod.objects.live()
         .filter(cluster_id=device.cluster_id, node_name=device.node_name, accelerator=True)
         .only("pk", "cluster_id", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
+        .annotate(claim_status=F("raw__status__extendedResourceClaimStatus"))
         .order_by("namespace", "name")[:NODE_PODS_SCANNED]
     )
     out = []
     for pod in pods:
         requests = pod.extended_requests if isinstance(pod.extended_requests, dict) else {}
-        if device.resource_name in requests:
+        served = pod_claim_served_resources({"status": {"extendedResourceClaimStatus": pod.claim_status}})
+        if device.resource_name in requests and device.resource_name not in served:
             out.append((pod, requests[device.resource_name]))
     return out
 

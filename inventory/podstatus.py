@@ -15,7 +15,7 @@ from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_int as _int
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import as_str as _str
-from inventory.k8s.semantics import pod_resources
+from inventory.k8s.semantics import is_extended_resource, pod_resources
 
 __all__ = [
     "LAYER_APPLICATION",
@@ -25,7 +25,9 @@ __all__ = [
     "Stage",
     "is_accelerator_pod",
     "pod_claim_names",
+    "pod_claim_served_resources",
     "pod_extended_requests",
+    "pod_rejected_at_admission",
     "pod_request_problems",
     "pod_stage",
 ]
@@ -65,6 +67,24 @@ def pod_claim_names(pod: dict) -> list[str]:
     if extended:
         names.append(extended)
     return list(dict.fromkeys(names))
+
+
+def pod_claim_served_resources(pod: dict) -> set[str]:
+    """Extended resources of the pod that the scheduler satisfied with a DRA claim instead of a device plugin
+    (DRAExtendedResource): the `resourceName`s of `status.extendedResourceClaimStatus.requestMappings`. Those units
+    are the generated claim's devices; no device-plugin unit serves them. Empty for malformed input."""
+    status = _dict(_dict(pod).get("status"))
+    mappings = _list(_dict(status.get("extendedResourceClaimStatus")).get("requestMappings"))
+    return {name for entry in mappings if is_extended_resource(name := _dict(entry).get("resourceName"))}
+
+
+def pod_rejected_at_admission(pod: dict) -> bool:
+    """True when the kubelet refused the pod after the scheduler bound it (phase Failed, reason
+    UnexpectedAdmissionError, e.g. the device plugin's Allocate failed, or OutOf<resource>): no container was
+    created and no device was assigned, so the pod never held its extended resources."""
+    status = _dict(_dict(pod).get("status"))
+    reason = _str(status.get("reason"))
+    return _str(status.get("phase")) == "Failed" and (reason == "UnexpectedAdmissionError" or reason.startswith("OutOf"))
 
 
 def is_accelerator_pod(pod: dict) -> bool:
@@ -255,7 +275,7 @@ def pod_stage(pod: dict) -> PodStage:
     if phase == "Failed":
         reason, message = _str(status.get("reason")), _str(status.get("message"))
         reason_detail = f"{reason}: {message}" if reason and message else (reason or message or "Failed")
-        if reason == "UnexpectedAdmissionError" or reason.startswith("OutOf"):
+        if pod_rejected_at_admission(pod):
             # Kubelet admission rejected the pod, e.g. the device plugin's Allocate call failed.
             return not_started(reason_detail)
         started = failing or next((view for view in views if view.ran), None)

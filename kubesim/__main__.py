@@ -12,7 +12,7 @@ from .server import Simulator
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kubesim", description="Kubernetes API simulator")
-    parser.add_argument("--scenario", default="demo", help="scenario name (demo, large, empty) or YAML path")
+    parser.add_argument("--scenario", default="demo", help="scenario name (demo, large, empty, upstream, sharing) or YAML path")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6443)
     parser.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -17,7 +17,7 @@ from catalog.models import Offering
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.k8s.semantics import parse_quantity
-from inventory.models import Cluster, Device, ResourceQuota
+from inventory.models import Cluster, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
 from portal.quota import (
     quota_keys,
@@ -77,14 +77,12 @@ def request_context(request: QuotaRequest) -> dict[str, Any]:
     granted_now = sum(_int(q["hard"].get(key, 0)) for q in quotas)
     used_here = sum(_int(q["used"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace)
     hard_here = max((_int(q["hard"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace), default=0)
-    if request.offering.is_dra:
-        physical = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).aggregate(
-            n=Sum("quota_capacity"))["n"] or 0
-    else:
-        physical = Device.objects.filter(cluster_id=request.cluster_id, path="device-plugin",
-                                         resource_name=request.offering.resource_name).aggregate(
-            n=Sum("allocatable"))["n"] or 0
-    free = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).aggregate(n=Sum("free"))["n"]
+    # Physical capacity is the capacity recomputation's quota_capacity (catalog.services.capacity
+    # quota_key_capacity), the number the offering pages and the oversubscription page show: read, never recomputed
+    # here, so every page agrees until the next recomputation.
+    figures = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).values(
+        "quota_capacity", "free", "computed_at").first() or {"quota_capacity": None, "free": 0, "computed_at": None}
+    physical, free = figures["quota_capacity"], figures["free"]
     # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
     pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED,
                                 QuotaRequest.State.APPLYING, QuotaRequest.State.FAILED}
@@ -94,7 +92,7 @@ def request_context(request: QuotaRequest) -> dict[str, Any]:
     return {"quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
             "namespace_recent_increase": window,
             "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
-            "physical_capacity": physical,
+            "physical_capacity": physical, "capacity_computed_at": figures["computed_at"],
             "oversubscription": round(granted_after / physical, 3) if physical else None}
 
 

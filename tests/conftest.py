@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,9 +50,9 @@ def finance(db: None) -> User:
     return make_user("finance", Role.FINANCE)
 
 
-@pytest.fixture
-def live_demo(transactional_db: None) -> Iterator[tuple[Any, Any]]:
-    """The demo scenario synced into the database, with the simulator still serving (for dry runs and kubectl)."""
+@contextlib.contextmanager
+def _live(scenario: str) -> Iterator[tuple[Any, Any]]:
+    """A builtin kubesim scenario synced into the database, with the simulator still serving."""
     import redis
     import yaml
     from django.conf import settings
@@ -65,8 +66,8 @@ def live_demo(transactional_db: None) -> Iterator[tuple[Any, Any]]:
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     snapshot_forget()
-    with Simulator(scenario="demo", port=0) as sim:
-        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
+    with Simulator(scenario=scenario, port=0) as sim:
+        cluster = cluster_register(name=scenario, kubeconfig=yaml.safe_dump(sim.kubeconfig()))
         client = client_for(cluster)
         backend = lease_backend()
         try:
@@ -75,3 +76,17 @@ def live_demo(transactional_db: None) -> Iterator[tuple[Any, Any]]:
             client.close()
         yield sim, cluster
     snapshot_forget()
+
+
+@pytest.fixture
+def live_demo(transactional_db: None) -> Iterator[tuple[Any, Any]]:
+    """The demo scenario synced into the database, with the simulator still serving (for dry runs and kubectl)."""
+    with _live("demo") as live:
+        yield live
+
+
+@pytest.fixture
+def live_sharing(transactional_db: None) -> Iterator[tuple[Any, Any]]:
+    """kubesim's "sharing" scenario (renamed and strict time-slicing, MPS, DRA-backed nvidia.com/gpu) synced."""
+    with _live("sharing") as live:
+        yield live

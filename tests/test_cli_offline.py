@@ -170,6 +170,9 @@ def test_a_snapshot_file_gives_the_same_verdict_as_the_inventory(live_demo: Any,
                     "spec": {"containers": [{"name": "c", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
                                              "resources": {"limits": {"nvidia.com/gpu": "64"}}}]}},
         "unknown-namespace": {**POD, "metadata": {"name": "x", "namespace": "nowhere"}},
+        # Two MPS shares in one container: the node labels say MPS, and its device plugin refuses more than one.
+        "two-mps-shares": {**POD, "metadata": {"name": "mps", "namespace": "ml-inference"},
+                           "spec": {**POD["spec"], "nodeSelector": {"nvidia.com/gpu.sharing-strategy": "mps"}}},
     }
     for name, manifest in manifests.items():
         path = tmp_path / f"{name}.yaml"
@@ -182,3 +185,5 @@ def test_a_snapshot_file_gives_the_same_verdict_as_the_inventory(live_demo: Any,
             call_command("validate_manifest", str(path), "--cluster", cluster.name, "--format", "json",
                          "--kubernetes-version", "1.35", stdout=out)
         assert json.loads(offline.stdout) == json.loads(out.getvalue()), name
+        if name == "two-mps-shares":
+            assert "shared-request-refused" in {f["code"] for f in json.loads(offline.stdout)["findings"]}

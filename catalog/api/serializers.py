@@ -12,7 +12,7 @@ from catalog.services.offerings import EDITABLE_FIELDS
 from inventory.api.serializers import ClusterRefSerializer
 
 CAPACITY_FIELDS = [
-    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "cards",
+    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "blocked", "cards",
     "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
     "quota_capacity", "oversubscription", "selector_errors", "free_by_node",
 ]
@@ -64,6 +64,7 @@ class CapacityTotalsSerializer(serializers.Serializer):
     held = serializers.IntegerField()
     free = serializers.IntegerField()
     unknown = serializers.IntegerField()
+    blocked = serializers.IntegerField()
     cards = serializers.FloatField()
     free_cards = serializers.IntegerField()
     contested = serializers.IntegerField()
@@ -138,6 +139,9 @@ class OfferingInputSerializer(serializers.Serializer):
     isolation = serializers.ChoiceField(choices=Isolation.choices, required=False)
     fault_domain = serializers.CharField(max_length=200, required=False, allow_blank=True)
     units_per_card = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    fail_requests_greater_than_one = serializers.BooleanField(
+        required=False, help_text="Time-slicing: the pool's device plugin refuses more than one replica per container "
+                                  "(failRequestsGreaterThanOne).")
     request_sizes = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=4096),
                                           max_length=16, required=False)
     resource_name = serializers.CharField(max_length=253, required=False, allow_blank=True)

@@ -28,6 +28,7 @@ from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, comparisons_enabled,
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import as_str as _str
+from inventory.podstatus import pod_claim_served_resources
 
 __all__ = [
     "BoundPod",
@@ -306,6 +307,10 @@ def _add_pod(snapshot: ClusterSnapshot, raw: Any, notes: _Notes, unknown_nodes: 
     requests, problems = pod_requests(raw)
     if problems:
         notes.other.append(f"pod {_namespace(raw)}/{name}: {problems[0]}")
+    # Served by the scheduler's generated DRA claim (DRAExtendedResource): the claim's devices hold those units, not
+    # the node's device plugin.
+    served = pod_claim_served_resources(raw)
+    requests = {resource: amount for resource, amount in requests.items() if resource not in served}
     owner = next((o for o in _list(_dict(raw.get("metadata")).get("ownerReferences")) if _dict(o).get("controller")), {})
     claims = []
     generated = {

@@ -1,24 +1,34 @@
 """Live capacity per offering and cluster, and its hourly history.
 
-Definitions (docs/catalog.md explains them with examples):
-- total units, allocatable, held, free, unknown: sums over the offering's devices as the inventory derived them
-  (held from pod requests and claim allocations, never capacity - allocatable; units of incomplete DRA pools are
-  unknown, neither free nor held; DRA partitions blocked by shared counters are not free);
+Definitions (docs/catalog.md explains them with examples). Every allocatable unit is exactly one of held, free or
+unknown, so `held + free + unknown = allocatable` on every page and in the API:
+- total units: every unit the devices report (capacity); allocatable: the healthy ones (unhealthy and tainted units
+  are in total units only);
+- free: allocatable units nobody holds, on complete pools, not blocked by shared counters (the inventory's `free`);
+- unknown: allocatable units of incomplete DRA pools that no claim holds (we cannot tell whether they are free);
+- held: the remaining allocatable units — held by a pod's request or a claim (never capacity - allocatable), or
+  `blocked`: a DRA partition or whole card whose shared counters other allocations on the same card consumed. A pod
+  or claim still holding a unit that turned unhealthy holds a unit outside allocatable: the inventory reports it
+  (overcommitted), the offering's held does not;
 - feasible nodes: schedulable nodes (Ready, not cordoned) whose blocking taints the offering's tolerations
   tolerate and that have at least one allocatable unit;
 - largest placeable: the most units one pod can get on one feasible node right now;
+- fragmentation: 1 - largest placeable / free (0 when nothing is free): the share of the free units that the
+  largest single request cannot reach. 8 free cards spread 2 per node over 4 nodes: largest placeable 2,
+  fragmentation 1 - 2/8 = 75 %; all 8 on one node: 0 %; free units only on nodes the offering cannot use: 100 %;
 - reference request R: the largest of the offering's common request sizes (default 1);
 - stranded: free units that no R-sized request can use — free units on nodes that are not feasible, plus on each
-  feasible node the remainder `free mod R`;
-- fragmentation index: stranded / free (0 when nothing is free). 8 free cards spread 2 per node over 4 nodes with
-  R = 8: stranded 8, fragmentation 1.0 — "8 free GPUs, but no 8-GPU pod fits";
+  feasible node the remainder `free mod R` ("8 free GPUs, but no 8-GPU pod fits": 8 stranded for R = 8);
 - contested: free DRA units on physical cards that also carry free units of another offering (a whole card and
   its partitions consume the same counters: either/or, never both). `free_cards` counts each card once;
 - pending pods: Pending, unbound pods that ask for the offering (its extended resource, with a node selector that
   does not contradict the offering's, or a claim/template naming its DeviceClass);
 - granted quota: the sum over the cluster's ResourceQuotas of `hard` for the offering's quota key
   (`requests.<resource>` or `<class>.deviceclass.resource.k8s.io/devices`), compared against the allocatable units
-  of everything that key counts (quota_capacity); the ratio is the oversubscription.
+  of everything that key counts (quota_capacity, shown as "physical capacity"): every device-plugin unit of the
+  resource plus, with DRAExtendedResource, every device of the DeviceClass that serves the resource name; for a
+  class key, every device of the class. The ratio is the oversubscription. Pages read it from here, never recompute
+  it, so two pages always agree until the next recomputation.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from inventory.models import Cluster, Pod, ResourceClaim, ResourceClaimTemplate,
 logger = logging.getLogger(__name__)
 
 FIGURE_FIELDS = (
-    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "cards",
+    "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "blocked", "cards",
     "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
     "quota_capacity", "selector_errors", "free_by_node",
 )
@@ -52,6 +62,11 @@ def quota_key(offering: Offering) -> str:
     if offering.unit_kind in DRA_KINDS:
         return f"{offering.device_class_name}.deviceclass.resource.k8s.io/devices"
     return f"requests.{offering.resource_name}"
+
+
+def fragmentation_index(*, largest_placeable: int, free: int) -> float:
+    """1 - largest placeable / free (0 when nothing is free): what share of the free units one request cannot get."""
+    return round(1 - largest_placeable / free, 4) if free > 0 else 0.0
 
 
 def reference_request(offering: Offering) -> int:
@@ -86,12 +101,17 @@ def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figure
     free_card_ids: set[str] = set()
     parents: set[str] = set()
     for device in match.devices:
+        allocatable, in_use, free = device["allocatable"], device["in_use"], device["free"]
         v["total_units"] += device["capacity"]
-        v["allocatable"] += device["allocatable"]
-        v["held"] += device["in_use"]
-        v["free"] += device["free"]
-        if not device["pool_complete"]:
-            v["unknown"] += device["capacity"]
+        v["allocatable"] += allocatable
+        v["free"] += free
+        if device["pool_complete"]:
+            held = allocatable - free  # held by a pod or claim, or blocked by shared counters
+            v["blocked"] += held - min(in_use, allocatable)
+        else:
+            held = min(in_use, allocatable)  # a claim says so; the rest of an incomplete pool is unknown
+            v["unknown"] += allocatable - held - free
+        v["held"] += held
         if offering.unit_kind in DRA_KINDS:
             card = _card_id(device)
             parents.add(card)
@@ -111,7 +131,7 @@ def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figure
     v["stranded"] = sum(f for n, f in per_node_free.items() if not (n and feasible.get(n))) + sum(
         f % r for f in free_by_node.values()
     )
-    v["fragmentation"] = round(v["stranded"] / v["free"], 4) if v["free"] else 0.0
+    v["fragmentation"] = fragmentation_index(largest_placeable=v["largest_placeable"], free=v["free"])
     v["free_by_node"] = free_by_node
     v["matched_devices"] = len(match.devices)
     v["selector_errors"] = match.selector_errors
@@ -213,28 +233,45 @@ def cluster_capacity(loaded: ClusterDevices, offerings: Sequence[Offering]) -> d
         )
     quotas = _quota_totals(loaded.cluster)
     pending = _PendingIndex(loaded.cluster)
-    key_capacity: dict[str, int] = defaultdict(int)
-    for device in loaded.devices:
-        if device["resource_name"]:
-            key_capacity[f"requests.{device['resource_name']}"] += device["allocatable"]
-    class_capacity: dict[str, int] = {}
+    key_capacity = quota_key_capacity(loaded)
     for offering in offerings:
         values = results[offering.pk].values
         key = quota_key(offering)
         values["granted_quota"] = quotas.get(key)
-        if offering.unit_kind in DRA_KINDS:
-            name = offering.device_class_name
-            if name not in class_capacity:  # the key counts every device of the class, whatever the offering
-                class_capacity[name] = sum(
-                    d["allocatable"] for kind in DRA_KINDS
-                    for d in loaded.match(Offering(unit_kind=kind, device_class_name=name)).devices
-                )
-            values["quota_capacity"] = class_capacity[name]
-        else:
-            values["quota_capacity"] = key_capacity.get(key, 0)
+        values["quota_capacity"] = key_capacity.get(key, 0)
         nodes = [loaded.nodes[n] for n in matches[offering.pk].nodes if n in loaded.nodes]
         values["pending_pods"] = pending.count(offering, nodes)
     return {pk: figures.values for pk, figures in results.items()}
+
+
+def _class_capacity(loaded: ClusterDevices, name: str) -> int:
+    """Allocatable devices of a DeviceClass, whatever offering sells them."""
+    return sum(d["allocatable"] for kind in DRA_KINDS
+               for d in loaded.match(Offering(unit_kind=kind, device_class_name=name)).devices)
+
+
+def quota_key_capacity(loaded: ClusterDevices) -> dict[str, int]:
+    """Allocatable units each quota key counts in one cluster (the "physical capacity" quota is compared against):
+    `requests.<resource>` every device-plugin unit of the resource, plus (DRAExtendedResource) every device of the
+    DeviceClass serving that name; `<class>.deviceclass.resource.k8s.io/devices` and
+    `requests.deviceclass.resource.kubernetes.io/<class>` every device of the class."""
+    capacity: dict[str, int] = defaultdict(int)
+    for device in loaded.devices:
+        if device["resource_name"]:
+            capacity[f"requests.{device['resource_name']}"] += device["allocatable"]
+    serving: dict[str, tuple[str, str]] = {}  # extended resource name -> (creationTimestamp, class): later wins
+    for name, raw in sorted(loaded.classes.items()):
+        devices = _class_capacity(loaded, name)
+        capacity[f"{name}.deviceclass.resource.k8s.io/devices"] = devices
+        capacity[f"requests.deviceclass.resource.kubernetes.io/{name}"] += devices
+        spec, metadata = raw.get("spec") or {}, raw.get("metadata") or {}
+        extended = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if isinstance(extended, str) and extended:
+            created = str((metadata if isinstance(metadata, dict) else {}).get("creationTimestamp") or "")
+            serving[extended] = max(serving.get(extended, ("", "")), (created, name))
+    for extended, (_created, name) in serving.items():
+        capacity[f"requests.{extended}"] += capacity[f"{name}.deviceclass.resource.k8s.io/devices"]
+    return capacity
 
 
 def _hour(moment: datetime) -> datetime:

@@ -20,7 +20,7 @@ from inventory.k8s.semantics import is_dns_subdomain
 
 EDITABLE_FIELDS = (
     "slug", "name", "description", "unit_kind", "model", "memory_mib", "compute_share", "isolation", "fault_domain",
-    "units_per_card", "request_sizes", "resource_name", "device_class_name", "node_selector", "tolerations",
+    "units_per_card", "fail_requests_greater_than_one", "request_sizes", "resource_name", "device_class_name", "node_selector", "tolerations",
     "cel_selector", "driver_min", "driver_max", "cuda_min", "cuda_max", "compute_capability", "architecture",
     "cpu_architectures", "kubernetes_min", "kubernetes_max", "runtime_class", "owner_team", "health_criteria",
     "upgrade_window",
@@ -103,6 +103,13 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
     per_card = data.get("units_per_card")
     if not isinstance(per_card, int) or per_card < 1:
         _add(errors, "units_per_card", "At least 1.")
+    strict = data.get("fail_requests_greater_than_one")
+    if not isinstance(strict, bool):
+        _add(errors, "fail_requests_greater_than_one", "true or false.")
+    elif strict and kind != UnitKind.TIME_SLICING:
+        _add(errors, "fail_requests_greater_than_one", "A time-slicing setting of the device plugin; MPS pools always "
+                                                      "refuse more than one share per container, other units are not "
+                                                      "shared.")
     if data.get("isolation") and data["isolation"] not in Isolation.values:
         _add(errors, "isolation", f"Choose one of: {', '.join(Isolation.values)}.")
     return errors
@@ -111,7 +118,7 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
 def _defaults(data: dict[str, Any]) -> dict[str, Any]:
     out = {name: data.get(name) for name in EDITABLE_FIELDS if name in data}
     empty: dict[str, Any] = {"units_per_card": 1, "request_sizes": [], "tolerations": [], "cpu_architectures": [],
-                             "node_selector": {}}
+                             "node_selector": {}, "fail_requests_greater_than_one": False}
     for name in list(out):
         if out[name] is None and name != "memory_mib":  # API clients may send null for "not set"
             out[name] = empty.get(name, "")

@@ -226,3 +226,11 @@ def free_by_node_chart(row: OfferingCapacity) -> dict[str, Any]:
         "label_x": BAR_LABEL_W - 8,
         "bar_h": BAR_H,
     }
+
+
+@register.filter
+def reference_request(offering: Offering) -> int:
+    """The request size stranded units are counted for: the largest of the offering's common request sizes."""
+    from catalog.services.capacity import reference_request as largest_common_request
+
+    return largest_common_request(offering)

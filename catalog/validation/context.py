@@ -7,18 +7,30 @@ context_for_cluster only reads the inventory; it never talks to the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
 from catalog.validation.findings import Finding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL
-from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version
+from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match
 from inventory.k8s.semantics import quantity_or_none as quantity
 
 if TYPE_CHECKING:
     from inventory.models import Cluster
 
 DEFAULT_KUBERNETES_VERSION = "1.35.0"
+
+
+@dataclass(frozen=True)
+class SharedNode:
+    """A node offering an extended resource that some node of the cluster shares (time-slicing or MPS)."""
+
+    name: str
+    labels: dict[str, str]
+    taints: list[dict[str, Any]] = field(default_factory=list)  # blocking taints (NoSchedule, NoExecute)
+    sharing: str = ""  # "time-slicing", "mps" or "" (whole units)
+    refuses_more_than_one: bool = False  # the device plugin refuses more than one unit per container
 
 
 @dataclass
@@ -45,6 +57,10 @@ class ValidationContext:
     # Where the dry run may POST as the portal's identity (None: anywhere — the command line). The portal passes the
     # tenant namespaces the reader may target, so no dry run ever runs in kube-system or an unassigned namespace.
     dry_run_namespaces: frozenset[str] | None = None
+    # extended resource → the nodes offering it, for the resources some node shares (time-slicing or MPS): the
+    # device plugin's one-unit-per-container rule (catalog/sharing.py). Time-sliced pools refuse more than one when
+    # the catalog's offering for them says failRequestsGreaterThanOne (`single_unit_pools` of build_context).
+    shared_resources: dict[str, list[SharedNode]] | None = None
 
     def extended_resource_names(self) -> set[str]:
         """Every extended resource a pod can ask for: node capacity plus DRA classes' (implicit) names."""
@@ -68,8 +84,18 @@ def _version_text(server_version: str) -> str:
     return f"{parsed[0]}.{parsed[1]}.0"
 
 
+def catalog_single_unit_pools() -> list[tuple[str, dict[str, Any]]]:
+    """(resource, node selector) of the time-sliced pools whose offering says the device plugin refuses more than
+    one replica per container (failRequestsGreaterThanOne): nothing on the node advertises that setting."""
+    from catalog.models import Lifecycle, Offering, UnitKind
+
+    return list(Offering.objects.exclude(lifecycle=Lifecycle.DISMISSED).filter(
+        unit_kind=UnitKind.TIME_SLICING, fail_requests_greater_than_one=True).values_list("resource_name",
+                                                                                          "node_selector"))
+
+
 def context_for_cluster(cluster: Cluster) -> ValidationContext:
-    """The cluster-aware parts of a context from the inventory (live rows only). Read-only."""
+    """The cluster-aware parts of a context from the inventory (live rows only) and the catalog. Read-only."""
     from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
 
     return build_context(
@@ -82,12 +108,15 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
         device_classes=((dc.name, dc.raw) for dc in DeviceClass.objects.live().filter(cluster=cluster).only("name", "raw")),
         quotas=((q.namespace, q.name, q.hard, q.used, q.raw)
                 for q in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw")),
+        single_unit_pools=catalog_single_unit_pools(),
     )
 
 
-def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "") -> ValidationContext:
+def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "",
+                         single_unit_pools: Iterable[tuple[str, Any]] = ()) -> ValidationContext:
     """The same context from a cluster snapshot file (`kubectl get namespaces,nodes,resourcequotas,deviceclasses,
-    resourceslices -A -o json`): what `validate_manifest --snapshot` uses without the inventory database."""
+    resourceslices -A -o json`): what `validate_manifest --snapshot` uses without the inventory database. The
+    catalog's single-unit pools come from the caller (the command passes them when it has a database)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         grouped.setdefault(as_str(as_dict(obj).get("kind")), []).append(as_dict(obj))
@@ -104,6 +133,7 @@ def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_versio
         device_classes=((as_str(meta(dc).get("name")), dc) for dc in grouped.get("DeviceClass", [])),
         quotas=((as_str(meta(q).get("namespace")), as_str(meta(q).get("name")), as_dict(q.get("spec")).get("hard"),
                  as_dict(q.get("status")).get("used"), q) for q in grouped.get("ResourceQuota", [])),
+        single_unit_pools=single_unit_pools,
     )
     if not grouped.get("Namespace"):  # a snapshot without namespaces says nothing about them: skip those checks
         context.namespaces = None
@@ -119,9 +149,11 @@ def build_context(
     dra_nodes: set[str],
     device_classes: Iterable[tuple[str, Any]],
     quotas: Iterable[tuple[str, str, Any, Any, Any]],
+    single_unit_pools: Iterable[tuple[str, Any]] = (),
 ) -> ValidationContext:
     """One construction of the context from (name, labels) namespaces, (name, labels, capacity, taints) nodes, the
-    names of nodes with DRA devices, (name, raw) DeviceClasses and (namespace, name, hard, used, raw) quotas."""
+    names of nodes with DRA devices, (name, raw) DeviceClasses, (namespace, name, hard, used, raw) quotas and the
+    catalog's (resource, node selector) time-sliced pools that refuse more than one replica per container."""
     namespace_labels = {name: {str(k): str(v) for k, v in as_dict(labels).items()} for name, labels in namespaces}
     admin = frozenset(name for name, labels in namespace_labels.items() if labels.get(ADMIN_ACCESS_LABEL) == "true")
 
@@ -130,6 +162,8 @@ def build_context(
     all_nodes: dict[str, dict[str, str]] = {}
     taints: dict[str, set[str]] = {}
     tainted_nodes: dict[str, list[str]] = {}
+    offered: dict[str, list[str]] = {}  # extended resource → nodes offering it
+    blocking: dict[str, list[dict[str, Any]]] = {}
     for name, labels, capacity, node_taints in nodes:
         all_nodes[name] = {str(k): str(v) for k, v in as_dict(labels).items()}
         for resource, value in as_dict(capacity).items():
@@ -139,13 +173,30 @@ def build_context(
             if amount is not None and amount > 0:
                 node_resources[resource] = node_resources.get(resource, 0) + 1
                 accelerator_nodes.add(name)
+                offered.setdefault(resource, []).append(name)
         for taint in as_list(node_taints):
             taint = as_dict(taint)
             key = as_str(taint.get("key"))
             if key and taint.get("effect") in ("NoSchedule", "NoExecute"):
                 taints.setdefault(key, set()).add(as_str(taint.get("value")))
                 tainted_nodes.setdefault(key, []).append(name)
+                blocking.setdefault(name, []).append(taint)
     accelerator_nodes |= dra_nodes & set(all_nodes)
+    strict_pools = [(as_str(resource), as_dict(selector)) for resource, selector in single_unit_pools]
+    shared_resources: dict[str, list[SharedNode]] = {}
+    for resource, names in offered.items():
+        entries = []
+        for name in names:
+            labels = all_nodes[name]
+            sharing = node_sharing(labels, resource)
+            # The catalog's declaration counts where the node time-slices the resource (the offering sells
+            # time-slicing units: the inventory's device mode comes from the same labels), never on whole cards.
+            declared = sharing == TIME_SLICING and any(
+                r == resource and labels_match(labels, selector) for r, selector in strict_pools)
+            entries.append(SharedNode(name, labels, blocking.get(name, []), sharing,
+                                      refuses_more_than_one(sharing, declared)))
+        if any(entry.sharing for entry in entries):
+            shared_resources[resource] = entries
 
     taint_labels: dict[str, dict[str, str]] = {}
     for key, names in tainted_nodes.items():
@@ -177,4 +228,5 @@ def build_context(
         admin_access_namespaces=admin,
         node_taints=taints,
         node_taint_labels=taint_labels,
+        shared_resources=shared_resources,
     )

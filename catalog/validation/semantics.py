@@ -15,7 +15,8 @@ from fractions import Fraction
 from typing import Any
 
 from catalog.cel import CelError, CelLimitError, compile_selector
-from catalog.validation.context import ValidationContext
+from catalog.sharing import not_additive_message, plugin_error, refused_message
+from catalog.validation.context import SharedNode, ValidationContext
 from catalog.validation.findings import Finding, join, plain, show
 from catalog.validation.objects import (
     ADMIN_ACCESS_LABEL,
@@ -49,8 +50,10 @@ from inventory.k8s.semantics import (
     is_native_container_resource,
     kubernetes_version,
     label_value_problem,
+    node_selector_matches,
     qualified_name_problem,
     term_failures,
+    untolerated_taints,
 )
 from inventory.k8s.semantics import quantity_or_none as quantity
 
@@ -270,6 +273,8 @@ def _check_pod_spec(holder: PodHolder, context: ValidationContext, manifest: Man
             findings.append(_error(join(path, "name"), f"a {what} needs a name", "name-required"))
         findings += _check_image(what, container, path)
         findings += _check_resources(what, container, path, context, known_extended)
+        if context.shared_resources and what != "ephemeral container":
+            findings += _check_shared_units(what, container, path, spec, context.shared_resources)
         for position, mount in enumerate(as_list(container.get("volumeMounts"))):
             mount_name = as_dict(mount).get("name")
             if isinstance(mount_name, str) and mount_name not in volumes:
@@ -496,6 +501,57 @@ def _check_resources(
             section = "limits" if name in limits else "requests"
             findings.append(_unknown_to_cluster(name, join(path, "resources", section, name), context,
                                                 known_extended))
+    return findings
+
+
+def _placeable(spec: dict[str, Any], node: SharedNode) -> bool:
+    """Whether the scheduler may put the pod on the node: nodeSelector, required node affinity and taints."""
+    selector = as_dict(spec.get("nodeSelector"))
+    if any(node.labels.get(str(key)) != value for key, value in selector.items()):
+        return False
+    node_affinity = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None and not node_selector_matches(required, node.labels, node.name):
+        return False
+    return not untolerated_taints(node.taints, as_list(spec.get("tolerations")))
+
+
+def _check_shared_units(
+    what: str, container: dict[str, Any], path: str, spec: dict[str, Any], shared: dict[str, list[SharedNode]]
+) -> list[Finding]:
+    """More than one shared unit in one container (catalog/sharing.py): the device plugin of MPS pools, and of
+    time-sliced pools with failRequestsGreaterThanOne, refuses it at kubelet admission after the scheduler bound the
+    pod; elsewhere the replicas are granted but are not cards."""
+    findings: list[Finding] = []
+    resources = as_dict(container.get("resources"))
+    limits, requests = as_dict(resources.get("limits")), as_dict(resources.get("requests"))
+    for name in dict.fromkeys([*limits, *requests]):
+        nodes = shared.get(name) if isinstance(name, str) else None
+        amount = quantity(limits.get(name, requests.get(name)))
+        if not nodes or amount is None or amount.denominator != 1 or amount <= 1:
+            continue
+        count = int(amount)
+        candidates = [node for node in nodes if _placeable(spec, node)]
+        refusing = [node for node in candidates if node.refuses_more_than_one]
+        entry_path = join(path, "resources", "limits" if name in limits else "requests", name)
+        fix = (f"ask for 1 {plain(name)} per container (more pods or containers for more replicas), or choose a "
+               "whole-card or MIG offering")
+        if candidates and len(refusing) == len(candidates):
+            findings.append(_error(entry_path, f"the {what} asks for {count} {plain(name)}: "
+                                   f"{refused_message(plain(name), count)}", "shared-request-refused", fix))
+        elif refusing:
+            findings.append(_warning(
+                entry_path,
+                f"the {what} asks for {count} {plain(name)}; {len(refusing)} of the {len(candidates)} nodes it can "
+                f"run on share {plain(name)} and their device plugin refuses more than one per container "
+                f"({plugin_error(plain(name), count)}): scheduled there, the pod is rejected by the kubelet",
+                "shared-request-may-be-refused",
+                "pin the pod to whole-card nodes with a nodeSelector or required node affinity, or " + fix,
+            ))
+        elif candidates and all(node.sharing for node in candidates):
+            findings.append(_warning(entry_path, f"the {what} asks for {count} {plain(name)}: "
+                                     f"{not_additive_message('time-slice replica', count)}",
+                                     "shared-units-not-additive", fix))
     return findings
 
 

@@ -44,6 +44,7 @@ from inventory.models import (
     ResourceClaim,
     ResourceSlice,
 )
+from inventory.podstatus import pod_claim_served_resources, pod_rejected_at_admission
 from inventory.representations import device_content_hash, device_documents
 from inventory.services.changes import changes_record, device_changes
 from inventory.signals import devices_changed
@@ -280,16 +281,23 @@ def _plugin_devices(cluster_id: int, node: dict[str, Any], requested: dict[str, 
     return rows
 
 
+def _device_plugin_requests(requests: Any, claim_status: Any) -> dict[str, int]:
+    """The pod's extended requests that a device plugin serves: without those the scheduler satisfied through a
+    generated DRA claim (DRAExtendedResource), whose devices the claim's own allocation already counts."""
+    served = pod_claim_served_resources({"status": {"extendedResourceClaimStatus": claim_status}})
+    return {r: n for r, n in (requests or {}).items() if r not in served and isinstance(n, int)}
+
+
 def _pod_requests_by_node(cluster_id: int, nodes: set[str] | None) -> dict[str, dict[str, int]]:
     pods = Pod.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True, accelerator=True).exclude(node_name="")
     pods = pods.exclude(phase__in=TERMINAL_PHASES)
     if nodes is not None:
         pods = pods.filter(node_name__in=nodes)
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for node_name, requests in pods.values_list("node_name", "extended_requests"):
-        for resource, amount in (requests or {}).items():
-            if isinstance(amount, int):
-                totals[node_name][resource] += amount
+    for node_name, requests, claim_status in pods.values_list(
+            "node_name", "extended_requests", F("raw__status__extendedResourceClaimStatus")):
+        for resource, amount in _device_plugin_requests(requests, claim_status).items():
+            totals[node_name][resource] += amount
     return totals
 
 
@@ -602,7 +610,12 @@ def _upsert_intervals(cluster_id: int, holder_kind: str, holder_uids: set[str] |
 
 
 def pod_intervals_derive(*, cluster_id: int, pod_uids: set[str] | None) -> None:
-    """Intervals of pods holding extended resources, from the pods' own timestamps (tombstones included)."""
+    """Intervals of pods holding extended resources, from the pods' own timestamps (tombstones included).
+
+    An extended resource the scheduler satisfied with a generated DRA claim (DRAExtendedResource) gets no pod
+    interval: the claim's intervals hold those units, one per allocated device, so they are counted and billed
+    once and keep the device's identity (driver/pool/device). A pod the kubelet rejected at admission (e.g. the
+    device plugin refused a request for more than one shared unit) held nothing and gets no interval."""
     pods = Pod.objects.filter(cluster_id=cluster_id, accelerator=True).exclude(node_name="")
     if pod_uids is not None:
         pods = pods.filter(uid__in=pod_uids)
@@ -613,13 +626,15 @@ def pod_intervals_derive(*, cluster_id: int, pod_uids: set[str] | None) -> None:
     for pod in rows_iter:
         raw = {"status": pod["status"], "metadata": pod["metadata"] if isinstance(pod["metadata"], dict) else {}}
         started = _pod_bound_at(raw)
-        if started is None:
+        if started is None or pod_rejected_at_admission(raw):
             continue
         ended = _pod_ended_at(raw, pod["phase"], pod["deleted_at"])
         if ended is not None and ended < started:
             ended = started
-        for resource, quantity in sorted((pod["extended_requests"] or {}).items()):
-            if isinstance(quantity, int) and quantity > 0:
+        plugin = _device_plugin_requests(pod["extended_requests"], pod["status"].get("extendedResourceClaimStatus")
+                                         if isinstance(pod["status"], dict) else None)
+        for resource, quantity in sorted(plugin.items()):
+            if quantity > 0:
                 rows.append(AllocationInterval(
                     cluster_id=cluster_id, holder_kind=AllocationInterval.HolderKind.POD, holder_uid=pod["uid"],
                     namespace=pod["namespace"], name=pod["name"], node_name=pod["node_name"], resource=resource[:300],

@@ -59,34 +59,37 @@ def _offerings() -> dict[str, Offering]:
 
 
 FIELDS = ("total_units", "allocatable", "held", "free", "unknown", "cards", "feasible_nodes", "largest_placeable",
-          "stranded", "fragmentation", "pending_pods", "granted_quota", "quota_capacity", "free_cards", "contested")
+          "stranded", "fragmentation", "pending_pods", "granted_quota", "quota_capacity", "free_cards", "contested",
+          "blocked")
 
 EXPECTED = {
-    # 3 free on h100-000 only; reference request 8 → all 3 stranded, fragmentation 1.0. Pending: the two
-    # llm-eval-xl pods (node-pool h100) and detector-train (no selector, 16 GPUs) ask for nvidia.com/gpu.
-    "h100": (16, 15, 12, 3, 0, 16, 2, 3, 3, 1.0, 3, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
+    # 3 free on h100-000 only: one pod can get all 3, fragmentation 1 - 3/3 = 0; reference request 8 → all 3
+    # stranded. Pending: the two llm-eval-xl pods (node-pool h100) and detector-train (no selector, 16 GPUs).
+    "h100": (16, 15, 12, 3, 0, 16, 2, 3, 3, 0.0, 3, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # All 8 held by llm-pretrain; the node is feasible (tolerated). detector-train has no toleration: not counted.
-    "h200": (8, 8, 8, 0, 0, 8, 1, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
+    "h200": (8, 8, 8, 0, 0, 8, 1, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # Without the toleration the tainted node is not feasible.
-    "h200-untolerated": (8, 8, 8, 0, 0, 8, 0, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
-    # 32 replicas on 8 cards; 9 free on t4-shared-000, 16 on t4-shared-001. detector-train waits for any GPU.
-    "t4": (32, 32, 7, 25, 0, 8, 2, 16, 0, 0.0, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
-    "t4-as-card": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
+    "h200-untolerated": (8, 8, 8, 0, 0, 8, 0, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
+    # 32 replicas on 8 cards; 9 free on t4-shared-000, 16 on t4-shared-001: fragmentation 1 - 16/25.
+    # detector-train waits for any GPU.
+    "t4": (32, 32, 7, 25, 0, 8, 2, 16, 0, 0.36, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
+    "t4-as-card": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # 8 cards x 2 1g slices; embed-mig holds 3. Quota requests.nvidia.com/mig-1g.10gb = 4 (ml-inference).
-    "mig-1g": (16, 16, 3, 13, 0, 8, 1, 13, 0, 0.0, 0, 4, 16, 0, 0),
+    "mig-1g": (16, 16, 3, 13, 0, 8, 1, 13, 0, 0.0, 0, 4, 16, 0, 0, 0),
     # 4 L4 x 2 MPS shares; mps-infer holds 2.
-    "l4-mps": (8, 8, 2, 6, 0, 4, 1, 6, 0, 0.0, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0),
+    "l4-mps": (8, 8, 2, 6, 0, 4, 1, 6, 0, 0.0, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # 2 nodes x 4 L40S; held: 3 dra-train, shared-l40s, warm-spare → free 3 (gpu-health-probe is admin access).
-    # dra-big (eight-gpus template, node-pool l40s-dra) is Pending. Reference request 4: the 3 free (all on
-    # l40s-dra-001) are stranded.
+    # dra-big (eight-gpus template, node-pool l40s-dra) is Pending. The 3 free (all on l40s-dra-001) fit one pod:
+    # fragmentation 0; reference request 4: they are stranded.
     # The gpu.nvidia.com quota (16) counts every device of the class: L40S 8 + H100 5 + A100 4 allocatable.
-    "l40s": (8, 8, 5, 3, 0, 8, 2, 3, 3, 1.0, 1, 16, 17, 3, 0),
-    # 4 partitionable A100s: gpu-0 is blocked by its allocated partitions; gpu-1..3 are free whole or in
-    # partitions — either/or, so every free unit is contested and each card counts once.
-    "a100-dra": (4, 4, 0, 3, 0, 4, 1, 3, 0, 0.0, 0, 16, 17, 3, 3),
-    "a100-dra-1g": (28, 28, 4, 21, 0, 4, 1, 21, 0, 0.0, 0, 2, 36, 3, 21),
-    "a100-dra-3g": (8, 8, 1, 6, 0, 4, 1, 6, 0, 0.0, 0, 2, 36, 3, 6),
-    "missing-class": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, None, 0, 0, 0),
+    "l40s": (8, 8, 5, 3, 0, 8, 2, 3, 3, 0.0, 1, 16, 17, 3, 0, 0),
+    # 4 partitionable A100s: gpu-0 is held through its allocated partitions (blocked); gpu-1..3 are free whole or
+    # in partitions — either/or, so every free unit is contested and each card counts once.
+    "a100-dra": (4, 4, 1, 3, 0, 4, 1, 3, 0, 0.0, 0, 16, 17, 3, 3, 1),
+    # gpu-0's 1g partitions: 4 held by mig-dra-infer, 3 blocked by them and seg-mig3g's 3g.40gb on the same card.
+    "a100-dra-1g": (28, 28, 7, 21, 0, 4, 1, 21, 0, 0.0, 0, 2, 36, 3, 21, 3),
+    "a100-dra-3g": (8, 8, 2, 6, 0, 4, 1, 6, 0, 0.0, 0, 2, 36, 3, 6, 1),
+    "missing-class": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, None, 0, 0, 0, 0),
 }
 
 
@@ -101,6 +104,8 @@ def test_capacity_of_each_unit_kind_equals_hand_computed_values(demo_cluster) ->
         for field, want, got in zip(FIELDS, expected, actual, strict=True):
             if want is not None:
                 assert got == want, f"{name}.{field}: expected {want}, got {got}"
+        # Every allocatable unit is exactly one of held, free or unknown.
+        assert figures.held + figures.free + figures.unknown == figures.allocatable, name
     # The held L40S (dra-train x3, shared-l40s, warm-spare) fill l40s-dra-000 and one card of l40s-dra-001.
     assert by_id[offerings["l40s"].pk].free_by_node == {"l40s-dra-001": 3}
     # A whole card and its partitions are never both counted free: the three free cards are the same cards.

@@ -114,6 +114,15 @@ def test_bound_pods_consume_but_finished_and_pending_pods_do_not():
     assert verdict(result, "n").details == ["nvidia.com/gpu: requested 5, free 4 of 8 allocatable (short by 1)"]
 
 
+def test_a_request_served_by_a_generated_dra_claim_does_not_consume_the_device_plugin():
+    nodes = [gpu_node("n", gpus=8)]
+    dra_backed = gpu_pod("dra", gpus=4, node_name="n")
+    dra_backed["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "dra-extended-resources-x7k2p",
+        "requestMappings": [{"containerName": "main", "requestName": "container-0-request-0", "resourceName": GPU}]}
+    assert explain(gpu_pod(gpus=8), nodes, [dra_backed]).schedulable
+
+
 def test_ephemeral_storage_is_checked():
     result = explain(pod(requests={"ephemeral-storage": "200Gi"}), [node("n")])
     assert verdict(result, "n").reasons == ["Insufficient ephemeral-storage"]

@@ -69,9 +69,15 @@ def test_requirements_become_gfd_label_affinity_for_labelled_pools() -> None:
 
 
 def test_time_slice_replica_is_never_requested_twice() -> None:
+    # A pool whose device plugin fails such requests: the plugin's own error (catalog/sharing.py).
+    with pytest.raises(GeneratorError) as exc_info:
+        generate(_spec({**T4, "fail_requests_greater_than_one": True}, shape="pod", count=2))
+    assert ('invalid allocation request for "nvidia.com/gpu": invalid request: maximum request size for shared '
+            "resources is 1; found 2") in exc_info.value.errors["count"][0]
+    # A pool that grants them (the plugin's default): still refused, two replicas are not two cards.
     with pytest.raises(GeneratorError) as exc_info:
         generate(_spec(T4, shape="pod", count=2))
-    assert "failRequestsGreaterThanOne" in exc_info.value.errors["count"][0]
+    assert "2 time-slice replicas are not 2 cards" in exc_info.value.errors["count"][0]
     assert generate(_spec(T4, shape="pod", count=1)).documents[0]["spec"]["containers"][0]["resources"]["limits"] \
         == {"nvidia.com/gpu": 1}
 

@@ -285,3 +285,59 @@ def test_incremental_equals_from_scratch_for_handmade_cluster(cluster, apply) ->
     before = sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "health"))
     derive_cluster(cluster_id=cluster.pk)
     assert sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "health")) == before
+
+
+def test_dra_backed_extended_resource_is_counted_once_as_the_claims_devices(cluster, apply) -> None:
+    """DRAExtendedResource: a pod asking `example.com/gpu: 2` on a node whose DeviceClass maps that name gets a
+    scheduler-generated claim. The claim's devices hold the units: no pod interval, no device-plugin in use."""
+    apply("nodes", node("n1", capacity={"example.com/gpu": "4"}))
+    apply("resourceslices", resource_slice("s", "n1", node_name="n1", driver="gpu.example.com",
+                                           devices=[gpu_device("gpu-0"), gpu_device("gpu-1")]))
+    generated = claim("infer-extended-resources-q8mzt", [("gpu.example.com", "n1", "gpu-0"),
+                                                         ("gpu.example.com", "n1", "gpu-1")], reserved=["infer"])
+    generated["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    apply("resourceclaims", generated)
+    dra_backed = pod("infer", "n1", {"example.com/gpu": "2"})
+    dra_backed["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "infer-extended-resources-q8mzt",
+        "requestMappings": [{"containerName": "main", "requestName": "container-0-request-0",
+                             "resourceName": "example.com/gpu"}]}
+    plugin_served = pod("plain", "n1", {"example.com/gpu": "1"})
+    apply("pods", dra_backed, plugin_served)
+
+    intervals = sorted(AllocationInterval.objects.filter(cluster=cluster).values_list(
+        "holder_kind", "name", "resource", "quantity"))
+    assert intervals == [
+        ("claim", "infer-extended-resources-q8mzt", "gpu.example.com/n1/gpu-0", 1),
+        ("claim", "infer-extended-resources-q8mzt", "gpu.example.com/n1/gpu-1", 1),
+        ("pod", "plain", "example.com/gpu", 1),
+    ]
+    # The device plugin serves only the plain pod; the DRA devices are held by the claim.
+    assert device(cluster, "node/n1/example.com/gpu").in_use == 1
+    assert {d.device_name: d.in_use for d in Device.objects.filter(cluster=cluster, path="dra")} == {
+        "gpu-0": 1, "gpu-1": 1}
+    derive_cluster(cluster_id=cluster.pk)  # from scratch: the same rows
+    assert sorted(AllocationInterval.objects.filter(cluster=cluster).values_list(
+        "holder_kind", "name", "resource", "quantity")) == intervals
+
+
+def test_rename_by_default_gpu_shared_units_are_time_slice_replicas(cluster, apply) -> None:
+    """renameByDefault: the device plugin advertises nvidia.com/gpu.shared, and GFD leaves the product label without
+    -SHARED (the resource name marks the sharing). The units are replicas of the labelled cards."""
+    labels = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "15360",
+              "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    apply("nodes", node("t4", capacity={"nvidia.com/gpu.shared": "8"}, allocatable={"nvidia.com/gpu.shared": "4"},
+                        labels=labels))
+    apply("pods", *[pod(f"nb{i}", "t4", {"nvidia.com/gpu.shared": "1"}) for i in range(3)])
+    row = device(cluster, "node/t4/nvidia.com/gpu.shared")
+    assert (row.mode, row.model, row.resource_name, row.unit) == (
+        Mode.TIME_SLICING, "Tesla-T4", "nvidia.com/gpu.shared", "nvidia.com/gpu.shared")
+    assert (row.units_per_card, row.cards, row.memory_mib) == (4, 2.0, 15360)  # 8 replicas of 2 cards
+    assert (row.capacity, row.allocatable, row.in_use, row.free, row.unhealthy) == (8, 4, 3, 1, 4)
+    assert not Device.objects.filter(cluster=cluster, resource_name="nvidia.com/gpu").exists()
+    # Even without the strategy label (an older GFD), the .shared name alone says "replicas".
+    apply("nodes", node("t4", capacity={"nvidia.com/gpu.shared": "8"},
+                        labels={**labels, "nvidia.com/gpu.sharing-strategy": "none"}), event="MODIFIED")
+    assert device(cluster, "node/t4/nvidia.com/gpu.shared").mode == Mode.TIME_SLICING
+    overview = {r.unit: r for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
+    assert overview["nvidia.com/gpu.shared"].cards == 2

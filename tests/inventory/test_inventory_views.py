@@ -339,6 +339,12 @@ def test_plugin_device_detail_lists_pods_requesting_the_resource(client: Client,
     )
     AcceleratorPodFactory(cluster=cluster, node_name="elsewhere", name="elsewhere")
     AcceleratorPodFactory(cluster=cluster, node_name="t4-1", name="deleted", deleted_at=timezone.now())
+    # Served by the scheduler's generated DRA claim (DRAExtendedResource): the claim's devices hold it, not this one.
+    AcceleratorPodFactory(cluster=cluster, node_name="t4-1", name="dra-backed", stage="running",
+                          extended_requests={"nvidia.com/gpu": 1}, raw={"status": {"extendedResourceClaimStatus": {
+                              "resourceClaimName": "dra-backed-extended-resources-x7k2p",
+                              "requestMappings": [{"containerName": "main", "requestName": "container-0-request-0",
+                                                   "resourceName": "nvidia.com/gpu"}]}}})
     client.force_login(member)
     response = client.get(device.get_absolute_url())
     assert [(pod.name, amount) for pod, amount in response.context["pods"]] == [("uses-it", 2)]

@@ -14,6 +14,7 @@ from inventory.podstatus import (
     Stage,
     is_accelerator_pod,
     pod_claim_names,
+    pod_claim_served_resources,
     pod_extended_requests,
     pod_request_problems,
     pod_stage,
@@ -158,6 +159,7 @@ def test_malformed_input_never_raises(value: Any) -> None:
     assert isinstance(pod_extended_requests(value), dict)
     assert isinstance(pod_request_problems(value), list)
     assert isinstance(pod_claim_names(value), list)
+    assert pod_claim_served_resources(value) == set()
     assert isinstance(is_accelerator_pod(value), bool)
     result = pod_stage(value)
     assert isinstance(result, PodStage)
@@ -221,6 +223,10 @@ def test_pod_claim_names_all_sources() -> None:
         },
     }
     assert pod_claim_names(value) == ["team-gpu", "train-own-x7k2p", "train-extended-resources-abcde"]
+    # The extended resource the generated claim serves: its units are the claim's devices, not a device plugin's.
+    assert pod_claim_served_resources(value) == {GPU}
+    value["status"]["extendedResourceClaimStatus"]["requestMappings"] += [None, {"resourceName": "cpu"}, {}]
+    assert pod_claim_served_resources(value) == {GPU}
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
+from catalog.services.capacity import capacity_refresh
 from inventory.errors import ClusterUnreachableError
 from inventory.leases import lease_backend
 from inventory.services.clients import client_for
@@ -48,6 +49,7 @@ def world(live_demo, lead, approver):
     second = make_user("approver2", Role.APPROVER)
     h100 = OfferingFactory(slug="h100", unit_kind="whole", resource_name="nvidia.com/gpu",
                            node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    capacity_refresh(clusters=[cluster])
     return {"sim": sim, "cluster": cluster, "h100": h100, "approver2": second}
 
 

@@ -5,7 +5,9 @@
 
 The snapshot is what `kubectl get namespaces,nodes,pods,resourcequotas,deviceclasses,resourceslices,resourceclaims
 -A -o json` prints (JSON or YAML, one object, a list or a `kind: List`): the cluster-aware layers and feasibility run
-against it exactly as against the inventory.
+against it exactly as against the inventory. What only the portal's catalog knows (time-sliced pools whose device
+plugin refuses more than one replica per container, failRequestsGreaterThanOne) is read from the database when the
+command has one; without it, only MPS pools (their node labels say so) are checked for that rule.
 
 Exit codes: 0 no errors, 1 the manifest has errors, 2 usage error (unreadable file, unknown cluster, bad version).
 """
@@ -19,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -35,6 +38,7 @@ from catalog.validation import (
     format_text,
     validate_manifest,
 )
+from catalog.validation.context import catalog_single_unit_pools
 from inventory.k8s.semantics import kubernetes_version
 from inventory.models import Cluster
 
@@ -92,7 +96,7 @@ class Command(BaseCommand):
         grouped = group_by_kind(objects)
         if not grouped.get("Node"):
             raise CommandError("--snapshot: no objects of kind Node found", returncode=2)
-        context = context_from_objects(objects)
+        context = context_from_objects(objects, single_unit_pools=Command._catalog_pools())
         snapshot = snapshot_from_objects(
             nodes=grouped.get("Node", []),
             pods=grouped.get("Pod", []),
@@ -103,6 +107,16 @@ class Command(BaseCommand):
         )
         context.feasibility = snapshot_feasibility(snapshot)
         return context
+
+    @staticmethod
+    def _catalog_pools() -> list[tuple[str, dict[str, Any]]]:
+        """The catalog's single-unit time-sliced pools, when this command runs with a database."""
+        if getattr(settings, "PORTAL_OFFLINE", False):
+            return []
+        try:
+            return catalog_single_unit_pools()
+        except DatabaseError:
+            return []
 
     def _read(self, name: str) -> str | ValidationReport:
         try:
