@@ -13,16 +13,11 @@ from django.db import transaction
 from inventory.models import AllocationInterval, ClaimAllocation, Device, Finding, Mode
 from inventory.overview import accelerator_overview
 from inventory.services.derive import derive_cluster
-from tests.inventory.test_derive import (  # noqa: F401 - fixtures
-    apply,
-    claim,
-    cluster,
-    device,
-    gpu_device,
-    node,
-    pod,
-    resource_slice,
-)
+from tests.inventory import test_derive as base
+from tests.inventory.test_derive import claim, device, gpu_device, node, pod, resource_slice
+
+cluster = base.cluster  # the hand-made-objects fixtures of test_derive.py
+apply = base.apply
 
 MIG_SINGLE = {  # GFD with --mig-strategy=single on 4 A100 80GB cards partitioned all-1g.10gb (28 MIG devices)
     "nvidia.com/gpu.present": "true", "nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
