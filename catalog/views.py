@@ -37,6 +37,7 @@ from catalog.services.offerings import (
     price_delete,
     price_set,
 )
+from catalog.sharing import declared_sharing, isolation_problem
 from inventory.models import DeviceClass
 from inventory.views import HtmxPartialMixin
 
@@ -256,6 +257,9 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
             history_choices=HISTORY_HOURS.items(),
             history_cluster=cluster_id,
             curator=is_curator(self.request.user),
+            declared_sharing=declared_sharing(offering.device_class_name) if offering.is_dra else [],
+            isolation_problem=isolation_problem(offering.device_class_name, offering.isolation)
+            if offering.is_dra else "",
         )
         if not (self.request.htmx and not self.request.htmx.boosted):
             context["snippets"] = request_snippets(offering)

@@ -137,17 +137,15 @@ def sharing_for_result(configs: Iterable[Any], *, driver: str, request: str) -> 
     return chosen
 
 
-def sharing_for_class(configs: Iterable[Any], *, driver: str | None = None) -> Sharing:
-    """What a DeviceClass's `spec.config` makes of the devices it selects. With `driver` (the matched devices'
-    driver) entries of other drivers do not apply; without it, any entry the portal does not understand makes the
-    isolation unknown. The last applicable entry decides, as the driver applies them."""
+def sharing_for_class(configs: Iterable[Any]) -> Sharing:
+    """What a DeviceClass's `spec.config` makes of the devices it selects. The last entry decides, as the driver
+    applies them; but one entry the portal does not understand — another driver's (the class may select that
+    driver's devices), another kind — is enough to doubt exclusivity: the isolation is then unknown."""
     chosen = EXCLUSIVE
     for entry_driver, parameters, _requests in _entries(configs):
-        if driver is not None and entry_driver != driver:
-            continue
         found = _from_parameters(entry_driver, parameters)
-        if driver is None and found.strategy == Strategy.UNKNOWN:
-            return found  # no driver to narrow it down: one entry we cannot read is enough to doubt exclusivity
+        if found.strategy == Strategy.UNKNOWN:
+            return found
         chosen = found
     return chosen
 

@@ -25,6 +25,7 @@ from typing import Any
 from catalog import cel
 from catalog.kube import labels_match
 from catalog.models import DRA_KINDS, Offering
+from catalog.sharing import isolation_problem
 from inventory.models import Cluster, Device, DeviceClass, Node, Path
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ DEVICE_VALUES = (
     "key", "path", "mode", "node_name", "node_schedulable", "resource_name", "driver", "pool_complete", "model",
     "memory_mib", "architecture", "compute_capability", "driver_version", "cuda_version", "cards", "parent",
     "capacity", "allocatable", "in_use", "free", "unhealthy", "attributes", "capacities",
-    "allow_multiple_allocations", "consumes_counters", "device_name", "pool",
+    "allow_multiple_allocations", "consumes_counters", "device_name", "pool", "mig_profile", "consumed_share",
 )
 
 
@@ -209,4 +210,8 @@ def offering_warnings(offering: Offering) -> list[str]:
     if summary.selector_errors:
         warnings.append(f"The selectors fail on {summary.selector_errors} devices (left out): "
                         f"{'; '.join(summary.error_samples)}")
+    if offering.unit_kind in DRA_KINDS:
+        problem = isolation_problem(offering.device_class_name, offering.isolation)
+        if problem:
+            warnings.append(problem)
     return warnings

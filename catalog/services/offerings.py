@@ -15,6 +15,7 @@ from audit.services import audit_record
 from catalog import cel
 from catalog.errors import CatalogError, OfferingValidationError
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, OfferingPrice, UnitKind
+from catalog.sharing import declared_sharing, isolation_problem
 from catalog.versions import parse_version
 
 EDITABLE_FIELDS = (
@@ -105,6 +106,12 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         _add(errors, "units_per_card", "At least 1.")
     if data.get("isolation") and data["isolation"] not in Isolation.values:
         _add(errors, "isolation", f"Choose one of: {', '.join(Isolation.values)}.")
+    elif kind in DRA_KINDS and device_class:
+        # Sharing declared by the DeviceClass's opaque config (time-slicing, MPS, or config the portal cannot read):
+        # such a unit is never sold as an exclusive card or an isolated partition.
+        problem = isolation_problem(device_class, str(data.get("isolation") or DEFAULT_ISOLATION[UnitKind(kind)]))
+        if problem:
+            _add(errors, "isolation", problem)
     return errors
 
 
@@ -121,6 +128,10 @@ def _defaults(data: dict[str, Any]) -> dict[str, Any]:
         out["request_sizes"] = [1, 2, 4, 8] if out.get("unit_kind") == UnitKind.WHOLE else [1]
     if not out.get("isolation") and out.get("unit_kind") in UnitKind.values:
         out["isolation"] = DEFAULT_ISOLATION[UnitKind(out["unit_kind"])]
+        if out["unit_kind"] in DRA_KINDS:
+            declared = declared_sharing(str(out.get("device_class_name") or ""))
+            if declared:
+                out["isolation"] = declared[0].isolation
     return out
 
 
