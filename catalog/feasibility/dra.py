@@ -11,7 +11,7 @@ This reproduces the structured allocator of kube-scheduler's DynamicResources pl
   a request fits only if what it consumes of each capacity — its `capacity.requests` rounded by the capacity's
   `requestPolicy` (inventory/k8s/consumable.py), the default or the whole value when it asks nothing — fits in
   what the allocated shares and the shares being picked leave; on any device a request naming a capacity the device
-  lacks, or more than its value, does not fit;
+  lacks, or more than its value, does not fit (admin-access requests, which consume nothing, are not checked);
 - a NoSchedule/NoExecute device taint blocks the device unless the request tolerates it (effect None does not);
 - a device that consumes shared counters fits only while its pool's counters (minus what allocated devices and
   the devices already picked consume) suffice;
@@ -474,7 +474,7 @@ class _Search:
         if self.counts[claim_index] + 1 > ALLOCATION_RESULTS_MAX:
             return False
         share: dict[str, Any] | None = None
-        if record.allow_multiple:
+        if record.allow_multiple and not request.admin:
             consumption = self._share(request, record)
             if not consumption.ok or capacity_problem(self.snapshot, record, request, self.capacity.get(index)):
                 return False
@@ -554,7 +554,7 @@ def _unavailable(snapshot: ClusterSnapshot, record: DeviceRecord, request: Exact
     taint = _untolerated(record, request)
     if taint is not None:
         return f"device taint {taint_text(taint)} not tolerated"
-    problem = capacity_problem(snapshot, record, request)
+    problem = "" if request.admin else capacity_problem(snapshot, record, request)
     if problem:
         sharers = snapshot.sharers.get(record.id, [])
         return problem + (f" (shared by {len(sharers)} claim{'s' * (len(sharers) != 1)})" if sharers else "")
