@@ -76,6 +76,11 @@ DEVICE_FIELDS = {
     "admin_access",
     "share_id",
     "reserved_for",
+    "sharing",
+    "sharing_detail",
+    "holders",
+    "consumed_capacity",
+    "consumed_share",
     "updated_at",
 }
 POD_FIELDS = {
@@ -214,6 +219,11 @@ def test_dra_object_representations(api: APIClient, platform_admin: User, world)
         "reserved_for_count",
         "devices",
         "reserved_for",
+    "sharing",
+    "sharing_detail",
+    "holders",
+    "consumed_capacity",
+    "consumed_share",
     }
     assert claim["devices"][0]["device"] == "gpu-0"
     assert claim["reserved_for"] == [{"resource": "pods", "name": "trainer-0", "uid": "pod-uid-0"}]
