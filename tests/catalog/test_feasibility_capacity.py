@@ -7,6 +7,8 @@ fits while what it consumes — rounded by the request policy as upstream's allo
 from __future__ import annotations
 
 from catalog.feasibility import explain_pod, snapshot_from_objects
+from inventory.k8s import consumable
+from kubesim.scenario import ScenarioError, load_scenario
 from tests.catalog.feasibility_fixtures.builders import DRIVER, device, device_class, node, pod, resource_slice, verdict
 
 POLICY = {"default": "10Gi", "validRange": {"min": "10Gi", "max": "80Gi", "step": "10Gi"}}
@@ -106,3 +108,70 @@ def test_a_share_without_share_id_holds_the_device_exclusively() -> None:
     del exclusive["status"]["allocation"]["devices"]["results"][0]["shareID"]
     result = explain(claim("new", request(memory="10Gi")), allocated=[exclusive])
     assert verdict(result, "n").details[1] == "  gpu-0: allocated to claim default/a"
+
+
+# ------------------------------------------------------------------ kubesim and the explainer agree
+
+RANGE = {"default": "10Gi", "validRange": {"min": "10Gi", "max": "80Gi", "step": "10Gi"}}
+VALUES = {"default": "20Gi", "validValues": ["10Gi", "20Gi", "40Gi"]}
+
+
+def _scenario(policy: dict, probe: str | None, *, allocate_probe: bool) -> dict:
+    def claim_(name: str, memory: str | None, allocated: bool) -> dict:
+        capacity = {"capacity": {"memory": memory}} if memory else {}
+        return {"name": name, "namespace": "team", "allocated": allocated,
+                "requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", **capacity}]}
+
+    return {
+        "nodePools": [{"name": "shared", "count": 1, "mode": "dra",
+                       "gpu": {"model": "NVIDIA-H100-80GB-HBM3", "perNode": 1, "memoryMiB": 81920},
+                       "dra": {"consumableCapacity": {"memory": policy}}}],
+        "deviceClasses": [{"name": "gpu.nvidia.com", "match": {"attributes": {"type": "gpu"}}}],
+        "namespaces": [{"name": "team"}],
+        # Already allocated: 30Gi and 15Gi (rounded by the policy), so 30Gi (range) or 20Gi (values) are left.
+        "claims": [claim_("first", "30Gi", True), claim_("second", "15Gi", True),
+                   claim_("probe", probe, allocate_probe)],
+    }
+
+
+def _kubesim(policy: dict, probe: str | None) -> str | None:
+    """The memory kubesim's allocator gives the probe claim, or None when it cannot allocate it."""
+    try:
+        objects = load_scenario(_scenario(policy, probe, allocate_probe=True))
+    except ScenarioError:
+        return None
+    [claim] = [o for o in objects if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == "probe"]
+    return claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"]
+
+
+def _explainer(policy: dict, probe: str | None) -> str | None:
+    """The memory the explainer would give the probe claim on the kubesim cluster without it, or None."""
+    objects = load_scenario(_scenario(policy, probe, allocate_probe=False))
+    kinds: dict[str, list[dict]] = {}
+    for obj in objects:
+        kinds.setdefault(obj["kind"], []).append(obj)
+    [probe_claim] = [c for c in kinds["ResourceClaim"] if c["metadata"]["name"] == "probe"]
+    snapshot = snapshot_from_objects(nodes=kinds["Node"], pods=[], resource_slices=kinds["ResourceSlice"],
+                                     device_classes=kinds["DeviceClass"],
+                                     resource_claims=[c for c in kinds["ResourceClaim"] if c is not probe_claim])
+    pod_obj = pod(namespace="team", claims=[{"name": "gpu", "resourceClaimName": "probe"}])
+    if not explain_pod(pod_obj, snapshot, extra_claims=[probe_claim]).schedulable:
+        return None
+    [record] = snapshot.devices
+    taken = consumable.consumption(record.driver, {"memory": probe} if probe else {}, record.capacities)
+    return record.capacities[f"{record.driver}/memory"].format(taken.amounts[f"{record.driver}/memory"])
+
+
+def test_kubesim_allocates_consumable_capacity_as_the_explainer_does() -> None:
+    cases = [(RANGE, probe) for probe in (None, "5Gi", "21Gi", "30Gi", "31Gi", "45Gi", "90Gi")]
+    cases += [(VALUES, probe) for probe in (None, "11Gi", "20Gi", "25Gi", "50Gi")]
+    outcomes = {(policy["default"], probe): (_kubesim(policy, probe), _explainer(policy, probe))
+                for policy, probe in cases}
+    assert all(kubesim == explainer for kubesim, explainer in outcomes.values()), outcomes
+    # And the outcomes are the rules' (not two agreeing mistakes): 30Gi left with the range, 20Gi with the values.
+    assert {case: got[0] for case, got in outcomes.items()} == {
+        ("10Gi", None): "10Gi", ("10Gi", "5Gi"): "10Gi", ("10Gi", "21Gi"): "30Gi", ("10Gi", "30Gi"): "30Gi",
+        ("10Gi", "31Gi"): None, ("10Gi", "45Gi"): None, ("10Gi", "90Gi"): None,
+        ("20Gi", None): "20Gi", ("20Gi", "11Gi"): "20Gi", ("20Gi", "20Gi"): "20Gi", ("20Gi", "25Gi"): None,
+        ("20Gi", "50Gi"): None,
+    }
