@@ -219,11 +219,6 @@ def test_dra_object_representations(api: APIClient, platform_admin: User, world)
         "reserved_for_count",
         "devices",
         "reserved_for",
-    "sharing",
-    "sharing_detail",
-    "holders",
-    "consumed_capacity",
-    "consumed_share",
     }
     assert claim["devices"][0]["device"] == "gpu-0"
     assert claim["reserved_for"] == [{"resource": "pods", "name": "trainer-0", "uid": "pod-uid-0"}]
