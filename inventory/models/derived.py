@@ -228,8 +228,8 @@ class AllocationInterval(models.Model):
     resource = models.CharField(max_length=300, help_text="Extended resource, or '<driver>/<pool>/<device>'.")
     quantity = models.IntegerField()
     # Billing by consumed capacity: the fraction of the device the holder consumed (consumable capacity: the largest
-    # fraction of any capacity in consumedCapacity; 1 for exclusive devices and extended resources). A priced
-    # interval costs quantity x share x hours.
+    # fraction of any capacity in consumedCapacity; 1 for exclusive devices and extended resources). Chargeback is
+    # to bill quantity x share x hours.
     share = models.FloatField(default=1.0)
     consumed_capacity = models.JSONField(default=dict, blank=True, help_text="The claim result's consumedCapacity.")
     admin_access = models.BooleanField(default=False)
