@@ -268,7 +268,7 @@ def _plugin_unit(resource: str, labels: dict[str, str]) -> dict[str, Any]:
             memory = int(gb.group("gb")) * 1024
         per_card = mig_slices_per_card(single, labels.get("nvidia.com/gpu.product", ""))
         return {"mode": Mode.MIG, "mig_profile": single, "memory_mib": memory, "units_per_card": per_card,
-                "cards_from_labels": None, "unit": f"{resource} (MIG {single})"}
+                "cards_from_labels": None, "unit": f"{resource} MIG-{single}"}
     mig = MIG_RESOURCE.match(resource)
     if mig:
         profile = mig.group("profile")

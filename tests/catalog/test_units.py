@@ -103,7 +103,7 @@ def test_mig_single_slices_are_proposed_as_slices_selected_by_their_product_labe
     cluster = ClusterFactory(name="c2")
     NodeFactory(cluster=cluster, name="single-0", labels=MIG_SINGLE_LABELS)
     PluginDeviceFactory(cluster=cluster, node_name="single-0", mode="mig", mig_profile="1g.10gb",
-                        unit="nvidia.com/gpu (MIG 1g.10gb)", model="NVIDIA-A100-SXM4-80GB", memory_mib=9728,
+                        unit="nvidia.com/gpu MIG-1g.10gb", model="NVIDIA-A100-SXM4-80GB", memory_mib=9728,
                         units_per_card=7, capacity=28, allocatable=28, in_use=0, cards=4.0)
     [proposal] = proposals(cluster).values()
     assert proposal["unit_kind"] == UnitKind.MIG
@@ -129,3 +129,19 @@ def test_capacity_is_changing_while_a_node_is_repartitioned(platform_admin) -> N
     capacity_refresh(clusters=[cluster])
     [row] = OfferingCapacity.objects.filter(cluster=cluster)
     assert (row.total_units, row.capacity_changing) == (56, True)
+
+
+def test_offering_pages_show_declared_sharing_and_capacity_changing(cluster, client, platform_admin) -> None:
+    device_class(cluster, "ts.nvidia.com", TIME_SLICING)
+    offering = OfferingFactory(slug="ts", unit_kind=UnitKind.DRA_DEVICE, device_class_name="ts.nvidia.com",
+                               resource_name="", isolation=Isolation.EXCLUSIVE)
+    OfferingCapacity.objects.create(offering=offering, cluster=cluster, computed_at="2026-01-01T00:00:00Z",
+                                    capacity_changing=True, total_units=1, allocatable=1, free=1)
+    client.force_login(platform_admin)
+    page = client.get(offering.get_absolute_url()).content.decode()
+    assert 'data-testid="declared-sharing">time-sliced (interval Long)' in page
+    assert 'data-testid="isolation-problem"' in page  # the stored "exclusive" contradicts the class
+    assert 'data-testid="capacity-changing"' in page
+    assert 'data-testid="cluster-capacity-changing"' in page
+    listing = client.get("/catalog/").content.decode()
+    assert 'data-testid="capacity-changing"' in listing

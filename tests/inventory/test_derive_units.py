@@ -46,11 +46,11 @@ def test_mig_single_strategy_slices_are_slices_of_their_parent_cards(cluster, ap
     # gpu.memory), the model the card's without the -MIG- suffix.
     assert (row.mode, row.mig_profile, row.units_per_card, row.cards, row.memory_mib, row.model) == (
         Mode.MIG, "1g.10gb", 7, 4.0, 9728, "NVIDIA-A100-SXM4-80GB")
-    assert (row.capacity, row.in_use, row.free, row.unit) == (28, 3, 25, "nvidia.com/gpu (MIG 1g.10gb)")
+    assert (row.capacity, row.in_use, row.free, row.unit) == (28, 3, 25, "nvidia.com/gpu MIG-1g.10gb")
     assert device(cluster, "node/whole/nvidia.com/gpu").mode == Mode.WHOLE
     rows = {(r.mode, r.unit): (r.cards, r.units) for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
     # Same resource name, same model: the slices are never summed with the whole cards.
-    assert rows == {("mig", "nvidia.com/gpu (MIG 1g.10gb)"): (4.0, 28), ("whole", "nvidia.com/gpu"): (4.0, 4)}
+    assert rows == {("mig", "nvidia.com/gpu MIG-1g.10gb"): (4.0, 28), ("whole", "nvidia.com/gpu"): (4.0, 4)}
 
 
 @pytest.mark.parametrize(("profile", "slices", "per_card", "cards"), [

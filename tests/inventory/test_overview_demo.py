@@ -32,7 +32,7 @@ EXPECTED = {
     ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/mig-3g.40gb"): (8, 8, 8, 0, 8, 0, 0, 8, 1),
     # a100-mig-single: 2 nodes x 2 cards in all-1g.10gb with the single strategy: nvidia.com/gpu = 14 slices per
     # node, 7 per card — slices of 4 cards, not 28 cards. notebook-mig holds 1 slice on a100-mig-single-001.
-    ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/gpu (MIG 1g.10gb)"): (4, 28, 28, 1, 27, 0, 0, 14, 2),
+    ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/gpu MIG-1g.10gb"): (4, 28, 28, 1, 27, 0, 0, 14, 2),
     # t4-shared: 2 nodes x 4 cards x 4 time-slicing replicas = 32 units on 8 cards (1 card = 4 units).
     # triton-t4 (6) and flaky-worker (1, crash-looping but bound) sit on t4-shared-000; t4-shared-001 is empty.
     ("Tesla-T4", "time-slicing", "nvidia.com/gpu"): (8, 32, 32, 7, 25, 0, 0, 16, 2),
