@@ -18,10 +18,14 @@ from catalog.services.capacity import capacity_refresh
 from catalog.services.discovery import discovery_run
 from inventory.leases import lease_backend
 from inventory.models import AllocationInterval, Device, Pod
+from inventory.redaction import REDACTED
 from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
 from inventory.services.sync import cluster_sync_once
 from kubesim import Simulator
+from portal.roles import Role
+from tests.conftest import make_user
+from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +114,16 @@ def test_device_page_and_api_show_sharing_and_consumed_capacity(sharing_cluster,
     assert "Shared, not exclusively held: time-sliced (interval Long)" in body
     api = client.get(reverse("inventory-api:device-detail", kwargs={"pk": part.pk})).json()
     assert (api["holders"], api["consumed_share"], api["consumed_capacity"]["memory"]["left"]) == (2, 0.625, "30Gi")
+
+
+def test_another_tenants_claim_config_is_not_shown(sharing_cluster, client) -> None:
+    member = make_user("bob", Role.TENANT_MEMBER)
+    give_namespaces(member, sharing_cluster, "team-a")
+    client.force_login(member)
+    mps = device(sharing_cluster, "l40s-000/gpu-1")  # held by team-b's inference-mps
+    api = client.get(reverse("inventory-api:device-detail", kwargs={"pk": mps.pk})).json()
+    assert (api["sharing"], api["claim_name"]) == ("mps", REDACTED)
+    assert api["sharing_detail"] == REDACTED
+    body = client.get(reverse("inventory:device_detail", kwargs={"pk": mps.pk})).content.decode()
+    assert "Shared, not exclusively held: mps" in body
+    assert "active threads" not in body
