@@ -830,9 +830,10 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
         if pools is not None:
             pools = pools | touched
         claim_intervals_derive(cluster_id=cluster_id, claim_uids=scope.claim_uids)
-    if scope.claim_uids is not None and (pools is None or pools):
-        # The shares of claims on consumable-capacity devices depend on the devices' published capacities.
-        shared = _claims_with_shares(cluster_id, pools) - scope.claim_uids
+    if scope.claim_uids is not None and (scope.pools is None or scope.pools):
+        # The shares of claims on consumable-capacity devices depend on the devices' published capacities: when a
+        # pool's slices change, re-derive the intervals of the claims holding shares there.
+        shared = _claims_with_shares(cluster_id, scope.pools) - scope.claim_uids
         if shared:
             claim_intervals_derive(cluster_id=cluster_id, claim_uids=shared)
     if scope.pod_uids is None or scope.pod_uids:
