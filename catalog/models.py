@@ -40,6 +40,7 @@ class Isolation(models.TextChoices):
     HARDWARE = "hardware", "Hardware partition (own memory and fault domain)"
     LIMITED = "limited", "Limited (shared execution, MPS)"
     NONE = "none", "None (time-shared; memory and faults shared)"
+    UNKNOWN = "unknown", "Unknown (driver config the portal does not understand)"
 
 
 DEFAULT_ISOLATION = {
@@ -218,6 +219,10 @@ class CapacityFigures(models.Model):
     quota_capacity = models.IntegerField(default=0, help_text="Allocatable units of every offering sharing that key.")
     selector_errors = models.IntegerField(default=0)
     free_by_node = models.JSONField(default=dict, blank=True)
+    capacity_changing = models.BooleanField(
+        default=False, help_text="Some of the offering's nodes are being repartitioned (nvidia.com/mig.config.state "
+        "is not success): the figures are about to change.",
+    )
 
     class Meta:
         abstract = True

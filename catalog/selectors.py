@@ -29,6 +29,7 @@ class CapacityTotals:
     largest_placeable: int = 0
     granted_quota: int | None = None
     computed_at: Any = None
+    capacity_changing: bool = False  # a node of the offering is being repartitioned in some cluster
 
     def __getattr__(self, name: str) -> Any:
         if name in SUMMED:
@@ -48,6 +49,7 @@ def capacity_totals(rows: list[OfferingCapacity]) -> CapacityTotals:
             totals.values[name] += getattr(row, name)
         totals.cards += row.cards
         totals.largest_placeable = max(totals.largest_placeable, row.largest_placeable)
+        totals.capacity_changing = totals.capacity_changing or row.capacity_changing
         if row.granted_quota is not None:
             totals.granted_quota = (totals.granted_quota or 0) + row.granted_quota
         totals.computed_at = max(filter(None, [totals.computed_at, row.computed_at]), default=None)

@@ -25,6 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from catalog.errors import CatalogError, OfferingValidationError
 from catalog.forms import CatalogFilterForm, LifecycleForm, OfferingForm, PriceForm, SelectorCheckForm
+from catalog.isolation import declared_sharing, isolation_problem
 from catalog.models import Lifecycle, Offering, OfferingPrice
 from catalog.selectors import OfferingRow, capacity_history, capacity_totals, offering_rows, offerings_for
 from catalog.services.compatibility import RequirementError, Verdict, offerings_check
@@ -256,6 +257,9 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
             history_choices=HISTORY_HOURS.items(),
             history_cluster=cluster_id,
             curator=is_curator(self.request.user),
+            declared_sharing=declared_sharing(offering.device_class_name) if offering.is_dra else [],
+            isolation_problem=isolation_problem(offering.device_class_name, offering.isolation)
+            if offering.is_dra else "",
         )
         if not (self.request.htmx and not self.request.htmx.boosted):
             context["snippets"] = request_snippets(offering)

@@ -173,7 +173,9 @@ class NodeNameRedactionMiddleware:
 
 # ------------------------------------------------------------------------------------- other tenants' holders
 
-HOLDER_FIELDS = ("claim_uid", "claim_namespace", "claim_name", "request_name", "share_id")
+# The holder claim's identity and its driver config details (`sharing_detail`); that the device is held, by how
+# many claims and how it is shared (`sharing`, `holders`, `consumed_capacity`) stays visible.
+HOLDER_FIELDS = ("claim_uid", "claim_namespace", "claim_name", "request_name", "share_id", "sharing_detail")
 
 
 def holder_rule(user: Any) -> Callable[[int, str], bool]:

@@ -23,6 +23,7 @@ DEVICE_DOCUMENT_FIELDS: tuple[str, ...] = (
     "in_use", "free", "unhealthy", "health", "attributes", "capacities", "consumes_counters",
     "allow_multiple_allocations", "taints", "blocked_by",
     "claim_uid", "claim_namespace", "claim_name", "request_name", "admin_access", "share_id", "reserved_for",
+    "sharing", "sharing_detail", "holders", "consumed_capacity", "consumed_share",
     "updated_at",
 )
 _REDACTED_FIELDS = {"attributes", "capacities", "consumes_counters"}
@@ -57,7 +58,7 @@ def _content(device: Any) -> dict[str, Any]:
         if name == "updated_at":
             continue
         value = getattr(device, name)
-        if name in ("attributes", "capacities") and not isinstance(value, dict):
+        if (name in ("attributes", "capacities") and not isinstance(value, dict)) or (name == "consumed_capacity" and not isinstance(value, dict)):
             value = {}
         elif name == "consumes_counters" and not isinstance(value, list):
             value = []

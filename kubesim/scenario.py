@@ -1,6 +1,6 @@
 """Scenario layer of kubesim: expand a declarative YAML scenario into Kubernetes objects.
 
-``load_scenario("demo" | "large" | "empty" | "upstream" | "sharing" | path | dict, seed=0)`` returns a list of complete, JSON-able
+``load_scenario("demo" | "large" | "empty" | "upstream" | "sharing" | "dra-sharing" | path | dict, seed=0)`` returns a list of complete, JSON-able
 Kubernetes objects (Namespaces, ConfigMaps, DeviceClasses, Nodes, ResourceSlices, ResourceQuotas,
 ResourceClaimTemplates, ResourceClaims, Pods, Events, in that order). The output is deterministic for a given scenario and seed.
 The format is documented in ``docs/kubesim-scenarios.md``.
@@ -24,7 +24,7 @@ import yaml
 __all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity"]
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
-BUILTIN_SCENARIOS = ("demo", "large", "empty", "upstream", "sharing")
+BUILTIN_SCENARIOS = ("demo", "large", "empty", "upstream", "sharing", "dra-sharing")
 EPOCH = datetime(2026, 1, 15, 8, 0, 0, tzinfo=UTC)
 DRIVER = "gpu.nvidia.com"
 POOL_LABEL = "kubesim.io/node-pool"
@@ -150,6 +150,8 @@ MIG_CONFIGS = {
 }
 PCI_BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2b", "3b", "5e", "9b", "ac", "bb", "dc"]
 MODES = ("whole", "mig", "time-slicing", "mps", "dra", "cpu")
+# nvidia.com/mig.config.state as the GPU Operator's MIG manager sets it
+MIG_CONFIG_STATES = ("success", "pending", "rebooting", "failed")
 STATES = ("running", "pending", "failed", "succeeded", "creating", "crashloop")
 
 
@@ -224,6 +226,100 @@ def _fmt_bytes(n: int) -> str:
 
 def _fmt_int(n: int) -> str:
     return str(n)
+
+
+def _fmt_quantity(value: Fraction, binary: bool) -> str:
+    """A quantity as the API server prints it: 20Gi (binary capacities), 500M, 1500m, 7."""
+    if value.denominator == 1:
+        n = int(value)
+        for suffix, mult in (_BINARY_SUFFIXES if binary else ()) + _DECIMAL_SUFFIXES:
+            if n and n % mult == 0:
+                return f"{n // mult}{suffix}"
+        return str(n)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{int(milli)}m"
+    return str(float(value))
+
+
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_DECIMAL_SUFFIXES = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# consumable capacity (KEP-5075), the rules of kube-scheduler's structured allocator:
+# what a request consumes of every capacity of a device with allowMultipleAllocations, and whether it fits
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class CapacityPolicy:
+    default: Fraction | None = None
+    values: tuple[Fraction, ...] = ()  # validValues, ascending
+    ranged: bool = False
+    low: Fraction | None = None
+    high: Fraction | None = None
+    step: Fraction | None = None
+
+
+def _capacity_policy(raw: Any, ctx: str) -> CapacityPolicy:
+    _check_keys(raw, {"default", "validValues", "validRange"}, ctx)
+    default = parse_quantity(raw["default"], f"{ctx}.default") if raw.get("default") is not None else None
+    if raw.get("validValues") is not None and raw.get("validRange") is not None:
+        raise ScenarioError(f"{ctx}: give validValues or validRange, not both")
+    if raw.get("validRange") is not None:
+        rng = _check_keys(raw["validRange"], {"min", "max", "step"}, f"{ctx}.validRange", ("min",))
+        return CapacityPolicy(
+            default=default,
+            ranged=True,
+            low=parse_quantity(rng["min"], f"{ctx}.validRange.min"),
+            high=parse_quantity(rng["max"], f"{ctx}.validRange.max") if rng.get("max") is not None else None,
+            step=parse_quantity(rng["step"], f"{ctx}.validRange.step") if rng.get("step") is not None else None,
+        )
+    values = tuple(sorted(parse_quantity(v, f"{ctx}.validValues") for v in _list(raw, "validValues", ctx)))
+    return CapacityPolicy(default=default, values=values)
+
+
+def _policy_json(policy: CapacityPolicy, binary: bool) -> dict:
+    out: dict[str, Any] = {}
+    if policy.default is not None:
+        out["default"] = _fmt_quantity(policy.default, binary)
+    if policy.ranged:
+        rng = {"min": _fmt_quantity(policy.low, binary)}
+        if policy.high is not None:
+            rng["max"] = _fmt_quantity(policy.high, binary)
+        if policy.step is not None:
+            rng["step"] = _fmt_quantity(policy.step, binary)
+        out["validRange"] = rng
+    elif policy.values:
+        out["validValues"] = [_fmt_quantity(v, binary) for v in policy.values]
+    return out
+
+
+def _consumed_amount(requested: Fraction | None, total: Fraction, policy: CapacityPolicy | None) -> Fraction | None:
+    """The amount one request consumes of one capacity, or None when the request policy refuses it."""
+    if requested is None:
+        amount = policy.default if policy is not None and policy.default is not None else total
+    elif policy is None:
+        amount = requested
+    elif policy.ranged and policy.low is not None:
+        if requested < policy.low:
+            amount = policy.low
+        elif policy.step:
+            steps = -(-(requested - policy.low) // policy.step)
+            amount = policy.low + policy.step * steps
+        else:
+            amount = requested
+    else:
+        amount = next((v for v in policy.values if requested <= v), requested)
+    if policy is None or (policy.default is not None and amount == policy.default):
+        return amount
+    if policy.ranged:
+        if policy.high is not None and amount > policy.high:
+            return None
+        if policy.step and (amount - (policy.low or 0)) % policy.step:
+            return None
+    elif policy.values and amount not in policy.values:
+        return None
+    return amount
 
 
 def _check_keys(d: Any, allowed: set[str], ctx: str, required: tuple[str, ...] = ()) -> dict:
@@ -316,6 +412,29 @@ class Device:
     consumes: dict[str, dict[str, int]]  # counterSet -> counter -> amount
     allocated: bool = False
     tainted: bool = False  # NoSchedule/NoExecute device taint: claims (which carry no tolerations) cannot use it
+    # capacity name (without the driver's domain) -> (value, request policy, published with a binary suffix)
+    capacity: dict[str, tuple[Fraction, CapacityPolicy | None, bool]] = field(default_factory=dict)
+    multi: bool = False  # allowMultipleAllocations: claims share it by consumable capacity
+    consumed: dict[str, Fraction] = field(default_factory=dict)  # what allocated shares consume
+    shares: int = 0
+
+    def consumption(self, requests: dict[str, Fraction]) -> dict[str, Fraction] | None:
+        """What a request with these capacity requests consumes of every capacity, or None if it cannot."""
+        if any(name not in self.capacity for name in requests):
+            return None
+        out = {}
+        for name, (total, policy, _binary) in self.capacity.items():
+            amount = _consumed_amount(requests.get(name), total, policy)
+            if amount is None:
+                return None
+            out[name] = amount
+        return out
+
+    def fits(self, amounts: dict[str, Fraction], taking: dict[str, Fraction]) -> bool:
+        return all(
+            self.consumed.get(name, 0) + taking.get(name, 0) + amount <= self.capacity[name][0]
+            for name, amount in amounts.items()
+        )
 
 
 @dataclass
@@ -337,6 +456,7 @@ class NodeState:
     pod_ip_seq: int = 1
     incomplete: bool = False  # the node's DRA pool publishes fewer slices than resourceSliceCount
     single_unit: set[str] = field(default_factory=set)  # shared resources the device plugin allocates 1 per container
+
 
 
 @dataclass
@@ -687,7 +807,7 @@ class _Builder:
         _version_parts(base["cudaRuntime"], 2, f"{gctx}.cudaRuntime")
         if mode == "mig":
             mig = pool.get("mig") or {}
-            _check_keys(mig, {"config", "layout"}, f"{ctx}.mig")
+            _check_keys(mig, {"config", "layout", "strategy", "configState", "configStateNodes"}, f"{ctx}.mig")
             layout = mig.get("layout")
             if layout is None:
                 cfg = mig.get("config", "all-1g.10gb")
@@ -696,6 +816,21 @@ class _Builder:
                 layout = MIG_CONFIGS[cfg]
             base["migConfig"] = str(mig.get("config", "custom"))
             base["migLayout"] = self._mig_layout(layout, f"{ctx}.mig.layout", base)
+            strategy = mig.get("strategy", "mixed")
+            if strategy not in ("mixed", "single"):
+                raise ScenarioError(f"{ctx}.mig.strategy: must be mixed or single, got {strategy!r}")
+            if strategy == "single" and len(base["migLayout"]) != 1:
+                raise ScenarioError(
+                    f"{ctx}.mig: the single strategy needs every card partitioned alike into one profile, "
+                    f"got {', '.join(base['migLayout'])}"
+                )
+            base["migStrategy"] = strategy
+            state = mig.get("configState", "success")
+            if state not in MIG_CONFIG_STATES:
+                raise ScenarioError(f"{ctx}.mig.configState: must be one of {', '.join(MIG_CONFIG_STATES)}")
+            base["migConfigState"] = state
+            nodes = mig.get("configStateNodes")
+            base["migConfigStateNodes"] = None if nodes is None else _int(nodes, f"{ctx}.mig.configStateNodes")
         if mode in ("mig",) and not base["migCapable"]:
             raise ScenarioError(f"{ctx}: model {model} is not MIG capable")
         if mode in ("time-slicing", "mps"):
@@ -719,9 +854,18 @@ class _Builder:
                     "staleDriverVersion",
                     "publishedSlices",
                     "deviceTaints",
+                    "consumableCapacity",
                 },
                 f"{ctx}.dra",
             )
+            consumable = dra.get("consumableCapacity")
+            if consumable is not None:
+                _check_keys(consumable, {"memory"}, f"{ctx}.dra.consumableCapacity")
+                consumable = {
+                    name: _capacity_policy(raw, f"{ctx}.dra.consumableCapacity.{name}") if raw else None
+                    for name, raw in consumable.items()
+                }
+            base["consumable"] = consumable
             base["slicesPerNode"] = _int(dra.get("slicesPerNode", 1), f"{ctx}.dra.slicesPerNode", 1)
             stale = dra.get("staleGeneration", False)
             if not isinstance(stale, bool):
@@ -803,10 +947,19 @@ class _Builder:
         single_unit: set[str] = set()
         if gpu:
             labels.update(self._gpu_labels(gpu, mode, pool, instance))
+            if mode == "mig" and labels.get("nvidia.com/mig.config.state"):
+                first = gpu["migConfigStateNodes"]
+                position = len(self.pool_nodes.get(pname, []))
+                if first is None or position < first:
+                    labels["nvidia.com/mig.config.state"] = gpu["migConfigState"]
             n = gpu["perNode"]
             healthy = n - unhealthy
             if mode == "whole":
                 ext_cap["nvidia.com/gpu"], ext_alloc["nvidia.com/gpu"] = n, healthy
+            elif mode == "mig" and gpu["migStrategy"] == "single":
+                # The single strategy advertises the (identical) MIG devices as nvidia.com/gpu.
+                [per] = gpu["migLayout"].values()
+                ext_cap["nvidia.com/gpu"], ext_alloc["nvidia.com/gpu"] = per * n, per * healthy
             elif mode == "mig":
                 for profile, per in gpu["migLayout"].items():
                     ext_cap[f"nvidia.com/mig-{profile}"] = per * n
@@ -972,7 +1125,31 @@ class _Builder:
                 "nvidia.com/mps.capable": "true" if mode == "mps" else "false",
             }
         )
-        if mode == "mig":
+        if mode == "mig" and gpu["migStrategy"] == "single":
+            # GFD --mig-strategy=single: the product gets the profile, gpu.count counts MIG devices, gpu.memory is
+            # one MIG device's, and the MIG device's facts go into nvidia.com/gpu.* labels.
+            [(profile, per)] = gpu["migLayout"].items()
+            g = int(profile[0])
+            mem_gb = int(PROFILE_RE.match(profile).group(2))
+            labels.update(
+                {
+                    "nvidia.com/mig.strategy": "single",
+                    "nvidia.com/mig.config": gpu["migConfig"],
+                    "nvidia.com/mig.config.state": "success",
+                    "nvidia.com/gpu.product": f"{gpu['model']}-MIG-{profile}",
+                    "nvidia.com/gpu.count": str(per * gpu["perNode"]),
+                    "nvidia.com/gpu.memory": str(mem_gb * 1024 - 256),
+                    "nvidia.com/gpu.multiprocessors": str(g * gpu["smPerSlice"]),
+                    "nvidia.com/gpu.slices.gi": str(g),
+                    "nvidia.com/gpu.slices.ci": str(g),
+                    "nvidia.com/gpu.engines.copy": str(g),
+                    "nvidia.com/gpu.engines.decoder": str(g if g < 7 else 5),
+                    "nvidia.com/gpu.engines.encoder": "0",
+                    "nvidia.com/gpu.engines.jpeg": "1" if g >= 7 else "0",
+                    "nvidia.com/gpu.engines.ofa": "1" if g >= 7 else "0",
+                }
+            )
+        elif mode == "mig":
             labels["nvidia.com/mig.strategy"] = "mixed"
             labels["nvidia.com/mig.config"] = gpu["migConfig"]
             labels["nvidia.com/mig.config.state"] = "success"
@@ -1037,6 +1214,17 @@ class _Builder:
                 "attributes": attrs,
                 "capacity": {"memory": {"value": _fmt_bytes(gpu["memoryMiB"] * 2**20)}},
             }
+            shared = gpu.get("consumable")
+            full_capacity: dict[str, tuple[Fraction, CapacityPolicy | None, bool]] = {
+                "memory": (Fraction(gpu["memoryMiB"] * 2**20), None, True)
+            }
+            if shared is not None:
+                # Consumable capacity (KEP-5075): claims share the GPU, each consuming part of its memory.
+                full["allowMultipleAllocations"] = True
+                for cname, policy in shared.items():
+                    if policy is not None:
+                        full["capacity"][cname]["requestPolicy"] = _policy_json(policy, True)
+                        full_capacity[cname] = (full_capacity[cname][0], policy, True)
             consumes: dict[str, dict[str, int]] = {}
             if mig:
                 cs = f"gpu-{i}-counter-set"
@@ -1055,6 +1243,8 @@ class _Builder:
                     DRIVER,
                     {"type": "gpu", "uuid": gpu_uuid, "index": i, **flat_common},
                     consumes,
+                    capacity=full_capacity,
+                    multi=shared is not None,
                 )
             )
             if mig:
@@ -1110,6 +1300,10 @@ class _Builder:
                                     **flat_common,
                                 },
                                 {f"gpu-{i}-counter-set": used},
+                                capacity={
+                                    k: (parse_quantity(v["value"]), None, k == "memory")
+                                    for k, v in devices[-1]["capacity"].items()
+                                },
                             )
                         )
         by_name = {d["name"]: d for d in devices}
@@ -1198,10 +1392,16 @@ class _Builder:
             rctx = f"{ctx}.requests[{i}]"
             _check_keys(
                 r,
-                {"name", "deviceClassName", "count", "allocationMode", "adminAccess", "match", "selectors"},
+                {"name", "deviceClassName", "count", "allocationMode", "adminAccess", "match", "selectors", "capacity"},
                 rctx,
                 ("deviceClassName",),
             )
+            capacity = r.get("capacity") or {}
+            if not isinstance(capacity, dict):
+                raise ScenarioError(f"{rctx}.capacity: expected a mapping like {{memory: 20Gi}}")
+            for cname, qty in capacity.items():
+                if parse_quantity(qty, f"{rctx}.capacity.{cname}") < 0:
+                    raise ScenarioError(f"{rctx}.capacity.{cname}: must not be negative")
             cls = r["deviceClassName"]
             if cls not in self.classes:
                 raise ScenarioError(f"{rctx}.deviceClassName: device class {cls!r} is not declared")
@@ -1219,6 +1419,7 @@ class _Builder:
                     "admin": bool(r.get("adminAccess", False)),
                     "match": match.get("attributes") or {},
                     "selectors": [str(s) for s in _list(r, "selectors", rctx)],
+                    "capacity": {str(k): str(v) for k, v in capacity.items()},
                 }
             )
         return out
@@ -1240,6 +1441,8 @@ class _Builder:
                 exactly["selectors"] = sels
             if r["admin"]:
                 exactly["adminAccess"] = True
+            if r["capacity"]:
+                exactly["capacity"] = {"requests": dict(r["capacity"])}
             reqs.append({"name": r["name"], "exactly": exactly})
         devices: dict[str, Any] = {"requests": reqs}
         if config:
@@ -1323,9 +1526,23 @@ class _Builder:
                     return False
         return True
 
+    @staticmethod
+    def _capacity_requests(req: dict, driver: str) -> dict[str, Fraction]:
+        """A request's capacity requests by capacity name (a name may carry the driver's domain)."""
+        out: dict[str, Fraction] = {}
+        for name, qty in req["capacity"].items():
+            domain, _, ident = name.rpartition("/")
+            out[ident if domain == driver else name] = parse_quantity(qty)
+        return out
+
     def _try_allocate(self, node: NodeState, claims: list[ClaimState]) -> list[tuple[ClaimState, list]] | None:
-        """Pick devices on ``node`` for every unallocated claim; returns picks without committing, or None."""
+        """Pick devices on ``node`` for every unallocated claim; returns picks without committing, or None.
+
+        Each pick is (request, device, consumed capacity or None). A device with allowMultipleAllocations takes a
+        share: the request's capacity requests rounded by the request policy (the default, or the whole value, for
+        capacities it does not name) must fit in what allocated and picked shares leave."""
         taken: set[str] = set()
+        taking: dict[str, dict[str, Fraction]] = {}  # shared device -> capacity picked in this attempt
         counters = {cs: dict(c) for cs, c in node.counters.items()}
         picks = []
         for claim in claims:
@@ -1342,19 +1559,27 @@ class _Builder:
                     chosen = cands if req["mode"] == "All" else cands[: req["count"]]
                     if not chosen or (req["mode"] == "ExactCount" and len(chosen) < req["count"]):
                         return None
-                    results += [(req, d) for d in chosen]
+                    results += [(req, d, None) for d in chosen]
                     continue
                 free = []
                 for d in cands:
-                    if d.allocated or d.name in taken:
+                    amounts = d.consumption(self._capacity_requests(req, d.driver)) if req["capacity"] or d.multi else {}
+                    usable = amounts is not None and d.fits(amounts or {}, taking.get(d.name, {}))
+                    in_use = d.allocated or (d.name in taken and not d.multi)
+                    if in_use or not usable:
                         if req["mode"] == "All":
                             return None
                         continue
-                    if all(counters[cs][k] >= v for cs, cc in d.consumes.items() for k, v in cc.items()):
-                        for cs, cc in d.consumes.items():
-                            for k, v in cc.items():
-                                counters[cs][k] -= v
-                        free.append(d)
+                    first_share = not d.multi or (not d.shares and d.name not in taking)
+                    needs = {(cs, k): v for cs, cc in d.consumes.items() for k, v in cc.items()} if first_share else {}
+                    if all(counters[cs][k] >= v for (cs, k), v in needs.items()):
+                        for (cs, k), v in needs.items():
+                            counters[cs][k] -= v
+                        if d.multi:
+                            share = taking.setdefault(d.name, {})
+                            for cname, amount in amounts.items():
+                                share[cname] = share.get(cname, 0) + amount
+                        free.append((d, amounts if d.multi else None))
                         taken.add(d.name)
                         if req["mode"] == "ExactCount" and len(free) == req["count"]:
                             break
@@ -1362,7 +1587,7 @@ class _Builder:
                         return None
                 if not free or (req["mode"] == "ExactCount" and len(free) < req["count"]):
                     return None
-                results += [(req, d) for d in free]
+                results += [(req, d, amounts) for d, amounts in free]
             picks.append((claim, results))
         return picks
 
@@ -1370,10 +1595,23 @@ class _Builder:
         for claim, results in picks:
             claim.node = node.name
             claim.results = []
-            for req, dev in results:
+            for req, dev, amounts in results:
                 res = {"request": req["name"], "driver": dev.driver, "pool": node.name, "device": dev.name}
                 if req["admin"]:
                     res["adminAccess"] = True
+                elif amounts is not None:
+                    # A share of a device with allowMultipleAllocations: its own shareID and what it consumes.
+                    if not dev.shares:
+                        for cs, cc in dev.consumes.items():
+                            for k, v in cc.items():
+                                node.counters[cs][k] -= v
+                    dev.shares += 1
+                    for cname, amount in amounts.items():
+                        dev.consumed[cname] = dev.consumed.get(cname, 0) + amount
+                    res["shareID"] = _uid(self.seed, "share", claim.namespace, f"{claim.name}/{req['name']}/{dev.name}")
+                    res["consumedCapacity"] = {
+                        cname: _fmt_quantity(amount, dev.capacity[cname][2]) for cname, amount in sorted(amounts.items())
+                    }
                 else:
                     dev.allocated = True
                     for cs, cc in dev.consumes.items():
@@ -1727,7 +1965,7 @@ class _Builder:
         """The generated claim's requests: one per container and resource, named like the scheduler names them."""
         return [
             {"name": f"container-0-request-{j}", "deviceClassName": extended[r], "count": n, "mode": "ExactCount",
-             "admin": False, "match": {}, "selectors": [], "resource": r}
+             "admin": False, "match": {}, "selectors": [], "capacity": {}, "resource": r}
             for j, (r, n) in enumerate(sorted(dra.items()))
         ]
 

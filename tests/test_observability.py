@@ -32,7 +32,7 @@ def test_metrics_cover_the_fleet(client, live_demo, admin_user, settings) -> Non
     lag = _metric_lines(text, 'portal_sync_lag_seconds{cluster="demo",kind="pods"}')
     assert lag
     assert float(lag[0].split()[-1]) >= 0
-    assert _metric_lines(text, 'portal_objects{cluster="demo",kind="nodes"} 16.0')
+    assert _metric_lines(text, 'portal_objects{cluster="demo",kind="nodes"} 18.0')
     assert _metric_lines(text, 'portal_sync_relists_total{cluster="demo",kind="nodes"}')
     assert _metric_lines(text, 'portal_pending_accelerator_pods{cluster="demo"')  # the demo has pending pods
     assert _metric_lines(text, 'portal_unhealthy_devices{cluster="demo"}')

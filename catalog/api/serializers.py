@@ -14,7 +14,7 @@ from inventory.api.serializers import ClusterRefSerializer
 CAPACITY_FIELDS = [
     "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "blocked", "cards",
     "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
-    "quota_capacity", "oversubscription", "selector_errors", "free_by_node",
+    "quota_capacity", "oversubscription", "selector_errors", "free_by_node", "capacity_changing",
 ]
 
 
@@ -74,6 +74,7 @@ class CapacityTotalsSerializer(serializers.Serializer):
     fragmentation = serializers.FloatField()
     pending_pods = serializers.IntegerField()
     granted_quota = serializers.IntegerField(allow_null=True)
+    capacity_changing = serializers.BooleanField(help_text="Some of the offering's nodes are being repartitioned.")
 
 
 _TOTALS_FIELDS = tuple(CapacityTotalsSerializer._declared_fields)

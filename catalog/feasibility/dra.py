@@ -5,8 +5,13 @@ This reproduces the structured allocator of kube-scheduler's DynamicResources pl
 
 - candidate devices are those of complete, valid pools (highest generation) reachable from the node;
 - a device matches a request when every selector of its DeviceClass and every selector of the request is true;
-- a device allocated to another claim is in use, unless it allows multiple allocations or the request asks for
-  admin access; one pod's claims never get the same device twice (admin access excepted);
+- a device allocated to another claim is in use, unless the request asks for admin access; one pod's claims never
+  get the same device twice (admin access excepted);
+- consumable capacity (`allowMultipleAllocations`): such a device is shared by the claims that hold a share of it;
+  a request fits only if what it consumes of each capacity — its `capacity.requests` rounded by the capacity's
+  `requestPolicy` (inventory/k8s/consumable.py), the default or the whole value when it asks nothing — fits in
+  what the allocated shares and the shares being picked leave; on any device a request naming a capacity the device
+  lacks, or more than its value, does not fit (admin-access requests, which consume nothing, are not checked);
 - a NoSchedule/NoExecute device taint blocks the device unless the request tolerates it (effect None does not);
 - a device that consumes shared counters fits only while its pool's counters (minus what allocated devices and
   the devices already picked consume) suffice;
@@ -29,7 +34,8 @@ from typing import Any
 from catalog.cel import CelError, compile_selector, match_devices
 from catalog.feasibility.snapshot import ClusterSnapshot, DeviceRecord
 from catalog.feasibility.viewer import EVERYONE, OTHER_CLAIM, Viewer
-from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, taint_text, toleration_tolerates
+from inventory.k8s import consumable
+from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity, taint_text, toleration_tolerates
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import as_str as _str
@@ -75,6 +81,7 @@ class ExactRequest:
     count: int
     admin: bool
     tolerations: tuple[Mapping[str, Any], ...]
+    capacity: tuple[tuple[str, str], ...] = ()  # capacity.requests: (name, quantity) pairs
 
     @property
     def needed(self) -> str:
@@ -149,6 +156,7 @@ def _exact(snapshot: ClusterSnapshot, raw: Mapping[str, Any], name: str, base: s
     count = raw.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ClaimsError(f"{where}, request {name}: count must be a positive integer, got {str(count)[:20]}")
+    capacity = _capacity_requests(_dict(raw.get("capacity")).get("requests"), f"{where}, request {name}")
     return ExactRequest(
         name=name,
         base=base,
@@ -158,7 +166,49 @@ def _exact(snapshot: ClusterSnapshot, raw: Mapping[str, Any], name: str, base: s
         count=count if mode == "ExactCount" else 0,
         admin=admin_allowed and raw.get("adminAccess") is True,
         tolerations=_tolerations(raw.get("tolerations")),
+        capacity=capacity,
     )
+
+
+def _capacity_requests(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """`capacity.requests` as sorted (name, quantity) pairs; a malformed entry fails the pod (API validation would
+    have refused it)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ClaimsError(f"{where}: capacity.requests must be a mapping")
+    out = []
+    for name, value in raw.items():
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(name, str) or not name or not isinstance(text, str):
+            raise ClaimsError(f"{where}: capacity.requests: invalid entry {str(name)[:40]!r}")
+        try:
+            parse_quantity(text)
+        except ValueError:
+            raise ClaimsError(f"{where}: capacity.requests.{name[:40]}: {text[:40]!r} is not a quantity") from None
+        out.append((name, text))
+    return tuple(sorted(out))
+
+
+def capacity_consumption(record: DeviceRecord, request: ExactRequest) -> consumable.Consumption:
+    """What `request` consumes of the device, or why the device cannot serve it."""
+    return consumable.consumption(record.driver, dict(request.capacity), record.capacities)
+
+
+def capacity_problem(snapshot: ClusterSnapshot, record: DeviceRecord, request: ExactRequest,
+                     allocating: Mapping[str, Any] | None = None) -> str:
+    """"" if the request's capacity fits the device (after what allocated shares and `allocating` consume), else why:
+    `capacity memory: requested 20Gi, 12Gi left of 80Gi`."""
+    if not request.capacity and not record.allow_multiple:
+        return ""  # nothing asked of an exclusive device: it takes it whole
+    consumption = capacity_consumption(record, request)
+    if not consumption.ok:
+        return consumption.reason
+    consumed: dict[str, Any] = {}
+    if record.allow_multiple:
+        consumable.add(consumed, snapshot.consumed.get(record.id, {}))
+        consumable.add(consumed, allocating or {})
+    return consumable.shortfall(record.driver, consumption.amounts, consumed, record.capacities)
 
 
 def _claim_spec(snapshot: ClusterSnapshot, spec: Mapping[str, Any], label: str) -> ClaimSpec:
@@ -334,6 +384,11 @@ class _Search:
         self.exhausted = False
         self.allocating: dict[int, set[int]] = {}  # device → claim indexes allocating it
         self.consumed: dict[tuple[tuple[str, str], tuple[str, str]], int] = {}
+        # Consumable capacity of shared devices taken by the shares picked so far, and those shares' amounts.
+        self.capacity: dict[int, dict[str, Any]] = {}
+        self.shares: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+        self.share_count: dict[int, int] = {}  # shares being picked per shared device
+        self._amounts: dict[tuple[tuple[tuple[str, str], ...], int], consumable.Consumption] = {}
         self.constraint_state: list[list[list[Any]]] = [
             [[] for _ in claim.constraints] for claim in claims
         ]
@@ -395,6 +450,13 @@ class _Search:
                 return False
         return False
 
+    def _share(self, request: ExactRequest, record: DeviceRecord) -> consumable.Consumption:
+        key = (request.capacity, record.index)
+        found = self._amounts.get(key)
+        if found is None:
+            found = self._amounts[key] = capacity_consumption(record, request)
+        return found
+
     def _add(self, claim_index: int, request: ExactRequest, index: int) -> bool:
         record = self.usable[index]
         claims_allocating = self.allocating.get(index)
@@ -405,8 +467,17 @@ class _Search:
             return False
         if self.counts[claim_index] + 1 > ALLOCATION_RESULTS_MAX:
             return False
+        share: dict[str, Any] | None = None
+        if record.allow_multiple and not request.admin:
+            consumption = self._share(request, record)
+            if not consumption.ok or capacity_problem(self.snapshot, record, request, self.capacity.get(index)):
+                return False
+            share = consumption.amounts
+        # A shared device already in use has consumed its counters once; later shares do not consume them again.
+        counters_taken = record.allow_multiple and (record.id in self.snapshot.sharers
+                                                    or self.share_count.get(index, 0) > 0)
         pool = self.snapshot.pools[record.pool_key]
-        if not request.admin:
+        if not request.admin and not counters_taken:
             for counter, amount in record.consumes:
                 used = self.consumed.get((record.pool_key, counter), 0)
                 if pool.available.get(counter, 0) - used < amount:
@@ -427,10 +498,14 @@ class _Search:
             seen.append(value)
         self.allocating.setdefault(index, set()).add(claim_index)
         self.counts[claim_index] += 1
-        if not request.admin:
+        if not request.admin and not counters_taken:
             for counter, amount in record.consumes:
                 key = (record.pool_key, counter)
                 self.consumed[key] = self.consumed.get(key, 0) + amount
+        if share is not None:
+            consumable.add(self.capacity.setdefault(index, {}), share)
+            self.shares.setdefault((claim_index, index, request.name), []).append(share)
+            self.share_count[index] = self.share_count.get(index, 0) + 1
         return True
 
     def _undo_constraints(self, claim_index: int, request: ExactRequest, upto: int) -> None:
@@ -444,7 +519,13 @@ class _Search:
         self._undo_constraints(claim_index, request, len(self.claims[claim_index].constraints))
         self.allocating[index].discard(claim_index)
         self.counts[claim_index] -= 1
-        if not request.admin:
+        shares = self.shares.get((claim_index, index, request.name))
+        if shares:
+            consumable.add(self.capacity[index], shares.pop(), sign=-1)
+            self.share_count[index] -= 1
+        counters_taken = record.allow_multiple and (record.id in self.snapshot.sharers
+                                                    or self.share_count.get(index, 0) > 0)
+        if not request.admin and not counters_taken:
             for counter, amount in record.consumes:
                 self.consumed[(record.pool_key, counter)] -= amount
 
@@ -462,12 +543,16 @@ def _unavailable(snapshot: ClusterSnapshot, record: DeviceRecord, request: Exact
                  viewer: Viewer = EVERYONE) -> str:
     """Why a matching device cannot be picked for this request on its own ("" if it can)."""
     holder = snapshot.allocated.get(record.id)
-    if holder and not request.admin and not record.allow_multiple:
+    if holder and not request.admin:
         return f"allocated to claim {holder}" if viewer.visible(holder) else f"allocated to {OTHER_CLAIM}"
     taint = _untolerated(record, request)
     if taint is not None:
         return f"device taint {taint_text(taint)} not tolerated"
-    if not request.admin:
+    problem = "" if request.admin else capacity_problem(snapshot, record, request)
+    if problem:
+        sharers = snapshot.sharers.get(record.id, [])
+        return problem + (f" (shared by {len(sharers)} claim{'s' * (len(sharers) != 1)})" if sharers else "")
+    if not request.admin and not (record.allow_multiple and record.id in snapshot.sharers):
         pool = snapshot.pools[record.pool_key]
         for counter, amount in record.consumes:
             if pool.available.get(counter, 0) < amount:
@@ -623,10 +708,13 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
     else:
         kinds = sorted({f"{c.kind} {c.attribute}" for claim in pending for c in claim.constraints})
         counters = any(snapshot.devices[i].consumes for ids in candidates.values() for i in ids)
+        shared = any(snapshot.devices[i].allow_multiple for ids in candidates.values() for i in ids)
         causes = ["distinct devices across requests"] if sum(len(c.requests) for c in pending) > 1 else []
         causes += [f"constraint {k}" for k in kinds]
         if counters:
             causes.append("shared counters of the devices picked together")
+        if shared:
+            causes.append("consumable capacity of the shared devices picked together")
         details.append(
             "enough devices match each request on its own, but no combination satisfies all requests together"
             + (f" ({'; '.join(causes)})" if causes else "")

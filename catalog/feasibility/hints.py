@@ -49,10 +49,11 @@ def _what_if(snapshot: ClusterSnapshot, ctx: _Pod, blocked: list[str], allowed: 
     if fits:
         text = f"{change}, {len(fits)} more node{'s' * (len(fits) != 1)} would fit: {_names(fits)}"
         resource = _main_resource(ctx)
-        shared = [name for name in fits if _shared_mode(snapshot, name, resource)]
-        if shared:
-            text += (f" ({'all' if len(shared) == len(fits) else len(shared)} of them sell {resource} as "
-                     "time-slicing/MPS replicas, not whole cards)")
+        modes = [mode for name in fits if (mode := _shared_mode(snapshot, name, resource))]
+        if modes:
+            kinds = ("MIG slices" if mode.startswith("MIG") else "time-slicing/MPS replicas" for mode in modes)
+            text += (f" ({'all' if len(modes) == len(fits) else len(modes)} of them sell {resource} as "
+                     f"{' or '.join(sorted(set(kinds)))}, not whole cards)")
         return text
     return (f"{change} alone is not enough: {'that node then fails' if len(blocked) == 1 else 'those nodes then fail'} "
             f"on {_summary(results)}")
@@ -142,10 +143,15 @@ def _largest_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _R
 
 
 def _shared_mode(snapshot: ClusterSnapshot, name: str, resource: str) -> str:
-    """"time-slicing replicas"/"MPS shares" when the node sells `resource` as shares of a card (GFD labels)."""
+    """"time-slicing replicas"/"MPS shares"/"MIG <profile> slices (single strategy)" when the node sells `resource`
+    as parts of a card (GFD labels)."""
     if resource not in ("nvidia.com/gpu", "nvidia.com/gpu.shared"):
         return ""
     labels = snapshot.nodes[name].labels
+    if resource == "nvidia.com/gpu" and labels.get("nvidia.com/mig.strategy") == "single":
+        product = labels.get("nvidia.com/gpu.product", "")
+        if "-MIG-" in product:  # GFD's single strategy: nvidia.com/gpu counts the node's MIG devices
+            return f"MIG {product.rpartition('-MIG-')[2]} slices (single strategy)"
     replicas = labels.get("nvidia.com/gpu.replicas", "1")
     if not (replicas.isdigit() and int(replicas) > 1):
         return ""
@@ -154,11 +160,14 @@ def _shared_mode(snapshot: ClusterSnapshot, name: str, resource: str) -> str:
 
 
 def _unit_notes(snapshot: ClusterSnapshot, names: list[str], resource: str) -> list[str]:
-    """Shared units are not cards (DESIGN §2): say so where nvidia.com/gpu counts time-slicing or MPS replicas."""
+    """Shared units are not cards (DESIGN §2): say so where nvidia.com/gpu counts time-slicing or MPS replicas, or
+    MIG slices (the single strategy)."""
     out = []
     for name in names:
         mode = _shared_mode(snapshot, name, resource)
-        if mode:
+        if mode.startswith("MIG"):
+            out.append(f"on {name}, {resource} units are {mode}, not whole cards")
+        elif mode:
             replicas = snapshot.nodes[name].labels["nvidia.com/gpu.replicas"]
             out.append(f"on {name}, {resource} units are {mode} ({replicas} per physical GPU), not whole cards")
     return out

@@ -7,7 +7,8 @@ What is kept (and why):
   has `resourceSliceCount` slices of that generation; a pool publishing one device name twice is invalid), devices
   with the nodes they are reachable from (slice `nodeName`, `nodeSelector`, `allNodes` or per-device selection),
   shared counters minus what allocated devices consume, DeviceClasses, ResourceClaims (allocated ones consume their
-  devices, except results with `adminAccess`) and ResourceClaimTemplates.
+  devices, except results with `adminAccess`; a result with a `shareID` on a device with `allowMultipleAllocations`
+  consumes its `consumedCapacity` instead of the whole device) and ResourceClaimTemplates.
 
 Building never raises: a malformed object is skipped and described in `notes`. The snapshot is not modified after
 `snapshot_from_objects` returns, except for caches that are filled idempotently (safe to share between threads).
@@ -20,10 +21,12 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from catalog.cel import DeviceInput, device_input
 from catalog.feasibility.resources import PODS, node_allocatable, pod_requests
+from inventory.k8s import consumable
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, comparisons_enabled, node_selector_matches, scheduler_amount
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
@@ -150,6 +153,14 @@ class DeviceRecord:
     allow_multiple: bool
     usable: bool  # its pool is complete and valid
     input: DeviceInput | None = None  # the CEL view; only for usable devices
+    _capacities: dict[str, consumable.Capacity] | None = None
+
+    @property
+    def capacities(self) -> dict[str, consumable.Capacity]:
+        """The device's capacities with their request policies, parsed on first use (idempotent)."""
+        if self._capacities is None:
+            self._capacities = consumable.device_capacities(self.driver, self.raw.get("capacity"))
+        return self._capacities
 
     @property
     def id(self) -> DeviceID:
@@ -185,6 +196,10 @@ class ClusterSnapshot:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.claim_templates: dict[tuple[str, str], dict[str, Any]] = {}
         self.allocated: dict[DeviceID, str] = {}  # device → "namespace/claim" holding it (non-admin results)
+        # Devices with allowMultipleAllocations that allocated claims share (results with a shareID): what they
+        # consume of each capacity (qualified names) and which claims hold shares.
+        self.consumed: dict[DeviceID, dict[str, Fraction]] = {}
+        self.sharers: dict[DeviceID, list[str]] = {}
         self.claim_pods: dict[str, list[str]] = {}  # "namespace/claim" → "namespace/pod" from status.reservedFor
         self.notes: list[str] = []
         # Toleration Lt/Gt (Kubernetes 1.35+, a feature gate): honoured unless the cluster is known to be older.
@@ -482,10 +497,17 @@ def _add_claims(snapshot: ClusterSnapshot, claims: Iterable[Any], notes: _Notes)
             if result.get("adminAccess") is True:
                 continue  # admin access does not consume the device
             device_id = (_str(result.get("driver")), _str(result.get("pool")), _str(result.get("device")))
-            if all(device_id):
+            if not all(device_id):
+                continue
+            index = snapshot.device_by_id.get(device_id)
+            if result.get("shareID") and index is not None and snapshot.devices[index].allow_multiple:
+                consumable.add(snapshot.consumed.setdefault(device_id, {}),
+                               consumable.consumed_amounts(device_id[0], result.get("consumedCapacity")))
+                snapshot.sharers.setdefault(device_id, []).append(_claim_key(raw))
+            else:
                 snapshot.allocated.setdefault(device_id, _claim_key(raw))
     # Counters consumed by allocated devices (a device allocated by several claims still consumes once).
-    for device_id in snapshot.allocated:
+    for device_id in [*snapshot.allocated, *(d for d in snapshot.sharers if d not in snapshot.allocated)]:
         index = snapshot.device_by_id.get(device_id)
         if index is None:
             continue

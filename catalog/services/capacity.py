@@ -23,6 +23,8 @@ unknown, so `held + free + unknown = allocatable` on every page and in the API:
   its partitions consume the same counters: either/or, never both). `free_cards` counts each card once;
 - pending pods: Pending, unbound pods that ask for the offering (its extended resource, with a node selector that
   does not contradict the offering's, or a claim/template naming its DeviceClass);
+- capacity changing: a node of the offering is being (or failed to be) repartitioned — its GPU Operator label
+  `nvidia.com/mig.config.state` is pending, rebooting or failed — so its units are about to change;
 - granted quota: the sum over the cluster's ResourceQuotas of `hard` for the offering's quota key
   (`requests.<resource>` or `<class>.deviceclass.resource.k8s.io/devices`), compared against the allocatable units
   of everything that key counts (quota_capacity, shown as "physical capacity"): every device-plugin unit of the
@@ -54,8 +56,9 @@ logger = logging.getLogger(__name__)
 FIGURE_FIELDS = (
     "matched_devices", "feasible_nodes", "total_units", "allocatable", "held", "free", "unknown", "blocked", "cards",
     "free_cards", "contested", "largest_placeable", "stranded", "fragmentation", "pending_pods", "granted_quota",
-    "quota_capacity", "selector_errors", "free_by_node",
+    "quota_capacity", "selector_errors", "free_by_node", "capacity_changing",
 )
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
 
 def quota_key(offering: Offering) -> str:
@@ -137,6 +140,11 @@ def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figure
     v["selector_errors"] = match.selector_errors
     v["free_cards"] = len(free_card_ids)
     v["granted_quota"] = None
+    v["capacity_changing"] = any(
+        (node := loaded.nodes.get(name)) is not None
+        and node.labels.get(MIG_CONFIG_STATE_LABEL, "success") != "success"
+        for name in match.nodes
+    )
     return Figures(v, free_card_ids)
 
 

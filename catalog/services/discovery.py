@@ -1,9 +1,13 @@
 """Discovery: propose offerings from the inventory for the platform admin to curate.
 
 One proposal per distinct sellable unit seen in the clusters:
-- device plugin: (unit kind, extended resource, GPU product label) — whole cards, MIG profiles (mixed strategy),
-  time-slice replicas and MPS shares of each product;
+- device plugin: (unit kind, extended resource, GPU product label) — whole cards, MIG profiles (mixed strategy:
+  `nvidia.com/mig-<profile>`; single strategy: `nvidia.com/gpu` on nodes whose product label ends in
+  `-MIG-<profile>`, selected by that label), time-slice replicas and MPS shares of each product;
 - DRA: (unit kind, DeviceClass, product, MIG profile) for every mirrored DeviceClass whose selectors match devices.
+  The unit's isolation and guarantee follow the class's opaque config (inventory/sharing.py): time-sliced, MPS
+  (with its thread percentage and memory limit) or unknown — never an exclusive card when the config says
+  otherwise or cannot be read; devices with `allowMultipleAllocations` are shared by capacity.
 
 Proposals are keyed by `discovery_key`. Discovery refreshes a proposal that is still `proposed` and not curated,
 never touches a curated offering (accepted, edited or created by hand) or a dismissed proposal, and skips units
@@ -20,9 +24,13 @@ from typing import Any
 from django.db import transaction
 
 from audit.services import audit_record
-from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Lifecycle, Offering, UnitKind
+from catalog.isolation import ISOLATION_OF
+from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, UnitKind
 from catalog.services.matching import ClusterDevices, clusters_devices
+from inventory.k8s import consumable
+from inventory.k8s.semantics import parse_quantity
 from inventory.models import Mode
+from inventory.sharing import Sharing, Strategy, class_config, sharing_for_class
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +91,12 @@ def _proposals(loaded: ClusterDevices) -> dict[str, dict[str, Any]]:
         first = devices[0]
         per_card = max((d["capacity"] / d["cards"] for d in devices if d["cards"]), default=1)
         key = f"dp:{mode}:{resource}:{product}"
+        label = resource.split("/")[-1]
+        if unit == UnitKind.MIG and not resource.startswith("nvidia.com/mig-"):
+            label = f"{first['mig_profile']}, single strategy"  # nvidia.com/gpu stands for the node's MIG slices
         out[key] = {
             "slug": _slug(f"{product}-{resource.split('/')[-1]}-{mode}"),
-            "name": f"{first['model'] or product} — {_SHARE[unit]}" + (f" ({resource.split('/')[-1]})"
-                                                                       if unit == UnitKind.MIG else ""),
+            "name": f"{first['model'] or product} — {_SHARE[unit]}" + (f" ({label})" if unit == UnitKind.MIG else ""),
             "unit_kind": mode, "model": first["model"], "resource_name": resource,
             "node_selector": {PRODUCT_LABEL: product} if product else {},
             "memory_mib": first["memory_mib"], "units_per_card": round(per_card) or 1,
@@ -98,7 +108,7 @@ def _proposals(loaded: ClusterDevices) -> dict[str, dict[str, Any]]:
             "request_sizes": [1, 2, 4, 8] if unit == UnitKind.WHOLE else [1],
             **_compat(devices),
         }
-    for class_name, _raw in loaded.classes.items():
+    for class_name, raw_class in loaded.classes.items():
         for unit in (UnitKind.DRA_DEVICE, UnitKind.DRA_PARTITION):
             probe = Offering(unit_kind=unit, device_class_name=class_name, node_selector={}, tolerations=[])
             match = loaded.match(probe)
@@ -115,6 +125,7 @@ def _proposals(loaded: ClusterDevices) -> dict[str, dict[str, Any]]:
                     clauses.append(f"device.attributes[{_cel_string(driver)}].profile == {_cel_string(profile)}")
                 key = f"dra:{class_name}:{unit}:{product}:{profile}"
                 label = " ".join(x for x in (product, profile) if x) or class_name
+                sharing = sharing_for_class(class_config(raw_class))
                 out[key] = {
                     "slug": _slug(f"{label}-{class_name}-{unit}"),
                     "name": f"{label} — {_SHARE[unit]} ({class_name})",
@@ -124,8 +135,51 @@ def _proposals(loaded: ClusterDevices) -> dict[str, dict[str, Any]]:
                     "compute_share": "1 device" if unit == UnitKind.DRA_DEVICE else f"MIG {profile}".strip(),
                     "fault_domain": "own card" if unit == UnitKind.DRA_DEVICE else "own partition of a shared card",
                     **_compat(devices),
+                    **_shared_unit(unit, sharing, devices),
                 }
     return out
+
+
+def _shared_unit(unit: UnitKind, sharing: Sharing, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """Isolation and guarantee of a DRA unit whose class config shares it, or whose devices are shared by capacity
+    (`allowMultipleAllocations`): what replaces the exclusive card's description."""
+    what = "card" if unit == UnitKind.DRA_DEVICE else "partition"
+    if sharing.strategy == Strategy.TIME_SLICING:
+        return {"isolation": ISOLATION_OF[sharing.strategy],
+                "compute_share": f"1 {what}, time-sliced between the claim's pods ({sharing.detail})"[:80],
+                "fault_domain": "shared with the claim's other pods (no memory isolation)"}
+    if sharing.strategy == Strategy.MPS:
+        out: dict[str, Any] = {
+            "isolation": ISOLATION_OF[sharing.strategy],
+            "compute_share": (f"MPS, up to {sharing.active_thread_percentage}% of the SMs per pod"
+                              if sharing.active_thread_percentage is not None else f"1 {what} through MPS")[:80],
+            "fault_domain": "the MPS server, shared with the claim's other pods",
+        }
+        if sharing.pinned_memory_limit:
+            try:
+                limit = int(parse_quantity(sharing.pinned_memory_limit) / 2**20)
+            except ValueError:
+                limit = 0
+            memory = devices[0]["memory_mib"]
+            if limit and (memory is None or limit < memory):
+                out["memory_mib"] = limit  # what one pod may pin
+        return out
+    if sharing.strategy == Strategy.UNKNOWN:
+        return {"isolation": ISOLATION_OF[sharing.strategy], "compute_share": f"unknown: {sharing.detail}"[:80],
+                "fault_domain": "unknown (driver config not understood)"}
+    if any(d["allow_multiple_allocations"] for d in devices):
+        return {"isolation": Isolation.UNKNOWN,
+                "compute_share": _capacity_share(devices[0])[:80],
+                "fault_domain": f"shared with the other claims on the {what}"}
+    return {}
+
+
+def _capacity_share(device: dict[str, Any]) -> str:
+    """`shared by capacity: memory range 10Gi..80Gi in steps of 10Gi; default 10Gi`."""
+    capacities = consumable.device_capacities(device["driver"], device["capacities"])
+    policies = [f"{consumable.short_name(name, device['driver'])} {capacity.policy.describe(capacity.binary)}"
+                for name, capacity in sorted(capacities.items()) if capacity.policy is not None]
+    return "shared by capacity" + (f": {'; '.join(policies)}" if policies else "")
 
 
 def _covered(curated: list[Offering], proposal: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog import cel
+from catalog.isolation import isolation_problem
 from catalog.models import DRA_KINDS, Offering
 from inventory.k8s.semantics import labels_match
 from inventory.models import Cluster, Device, DeviceClass, Node, Path
@@ -33,7 +34,7 @@ DEVICE_VALUES = (
     "key", "path", "mode", "node_name", "node_schedulable", "resource_name", "driver", "pool_complete", "model",
     "memory_mib", "architecture", "compute_capability", "driver_version", "cuda_version", "cards", "parent",
     "capacity", "allocatable", "in_use", "free", "unhealthy", "attributes", "capacities",
-    "allow_multiple_allocations", "consumes_counters", "device_name", "pool",
+    "allow_multiple_allocations", "consumes_counters", "device_name", "pool", "mig_profile", "consumed_share",
 )
 
 
@@ -209,4 +210,8 @@ def offering_warnings(offering: Offering) -> list[str]:
     if summary.selector_errors:
         warnings.append(f"The selectors fail on {summary.selector_errors} devices (left out): "
                         f"{'; '.join(summary.error_samples)}")
+    if offering.unit_kind in DRA_KINDS:
+        problem = isolation_problem(offering.device_class_name, offering.isolation)
+        if problem:
+            warnings.append(problem)
     return warnings

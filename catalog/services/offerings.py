@@ -14,6 +14,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from catalog import cel
 from catalog.errors import CatalogError, OfferingValidationError
+from catalog.isolation import declared_sharing, isolation_problem
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, OfferingPrice, UnitKind
 from catalog.versions import parse_version
 from inventory.k8s.semantics import is_dns_subdomain
@@ -112,6 +113,12 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
                                                       "shared.")
     if data.get("isolation") and data["isolation"] not in Isolation.values:
         _add(errors, "isolation", f"Choose one of: {', '.join(Isolation.values)}.")
+    elif kind in DRA_KINDS and device_class:
+        # Sharing declared by the DeviceClass's opaque config (time-slicing, MPS, or config the portal cannot read):
+        # such a unit is never sold as an exclusive card or an isolated partition.
+        problem = isolation_problem(device_class, str(data.get("isolation") or DEFAULT_ISOLATION[UnitKind(kind)]))
+        if problem:
+            _add(errors, "isolation", problem)
     return errors
 
 
@@ -128,6 +135,10 @@ def _defaults(data: dict[str, Any]) -> dict[str, Any]:
         out["request_sizes"] = [1, 2, 4, 8] if out.get("unit_kind") == UnitKind.WHOLE else [1]
     if not out.get("isolation") and out.get("unit_kind") in UnitKind.values:
         out["isolation"] = DEFAULT_ISOLATION[UnitKind(out["unit_kind"])]
+        if out["unit_kind"] in DRA_KINDS:
+            declared = declared_sharing(str(out.get("device_class_name") or ""))
+            if declared:
+                out["isolation"] = declared[0].isolation
     return out
 
 

@@ -100,6 +100,19 @@ class Device(models.Model):
     admin_access = models.BooleanField(default=False)
     share_id = models.CharField(max_length=64, blank=True)
     reserved_for = models.JSONField(default=list, blank=True, help_text="Pods using the holding claim.")
+    # How the holders use the device (DRA): the sharing their config declares, how many claims hold it, and for
+    # devices with allowMultipleAllocations what the allocations consume of each capacity and what is left.
+    sharing = models.CharField(
+        max_length=16, blank=True,
+        help_text="Held DRA device: exclusive, time-slicing, mps or unknown (from the claim's opaque config).",
+    )
+    sharing_detail = models.CharField(max_length=200, blank=True)
+    holders = models.IntegerField(default=0, help_text="Claims holding the device (several: consumable capacity).")
+    consumed_capacity = models.JSONField(
+        default=dict, blank=True,
+        help_text="Consumable capacity: per capacity name its value, consumed and left amounts and request policy.",
+    )
+    consumed_share = models.FloatField(default=0, help_text="Largest fraction of any capacity consumed (0..1).")
     updated_at = models.DateTimeField(default=timezone.now, help_text="When the derivation last changed the row.")
     # The API representation, written with the row (inventory/representations.py): full, and with identifiers
     # redacted for tenant roles.
@@ -141,6 +154,7 @@ class Finding(models.Model):
         POOL_DUPLICATE_DEVICE = "pool-duplicate-device", "DRA pool publishes the same device name twice"
         DEVICE_TAINTED = "device-tainted", "DRA device tainted"
         OVERCOMMITTED = "overcommitted", "Pods request more than the node's allocatable"
+        MIG_RECONFIGURING = "mig-reconfiguring", "MIG configuration not applied (nvidia.com/mig.config.state)"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"
@@ -183,6 +197,9 @@ class ClaimAllocation(models.Model):
     admin_access = models.BooleanField(default=False)
     share_id = models.CharField(max_length=64, blank=True)
     reserved_for = models.JSONField(default=list, blank=True)
+    consumed_capacity = models.JSONField(default=dict, blank=True, help_text="The result's consumedCapacity.")
+    sharing = models.CharField(max_length=16, blank=True, help_text="From the opaque config that applies.")
+    sharing_detail = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["cluster", "driver", "pool", "device"]
@@ -210,6 +227,11 @@ class AllocationInterval(models.Model):
     node_name = models.CharField(max_length=253, blank=True)
     resource = models.CharField(max_length=300, help_text="Extended resource, or '<driver>/<pool>/<device>'.")
     quantity = models.IntegerField()
+    # Billing by consumed capacity: the fraction of the device the holder consumed (consumable capacity: the largest
+    # fraction of any capacity in consumedCapacity; 1 for exclusive devices and extended resources). Chargeback is
+    # to bill quantity x share x hours.
+    share = models.FloatField(default=1.0)
+    consumed_capacity = models.JSONField(default=dict, blank=True, help_text="The claim result's consumedCapacity.")
     admin_access = models.BooleanField(default=False)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -225,6 +247,7 @@ class AllocationInterval(models.Model):
                 condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
                 name="inventory_interval_ends_after_start",
             ),
+            models.CheckConstraint(condition=Q(share__gte=0) & Q(share__lte=1), name="inventory_interval_share_fraction"),
         ]
         indexes = [models.Index(fields=["cluster", "namespace"], name="inv_interval_ns")]
 

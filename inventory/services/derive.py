@@ -8,7 +8,13 @@ the reference in tests).
 
 Rules (DESIGN.md §2, kubernetes-gpu-facts.md):
 - "in use" comes from pod requests (device plugin) or claim allocations (DRA), never from capacity - allocatable;
-- time-slicing/MPS replicas are units, not cards: cards = units / replicas; MIG slices belong to parent cards;
+- time-slicing/MPS replicas are units, not cards: cards = units / replicas; MIG slices belong to parent cards, with
+  the mixed strategy (`nvidia.com/mig-<profile>`) and with the single strategy (`nvidia.com/gpu` on a node labelled
+  `nvidia.com/mig.strategy=single` whose product ends in `-MIG-<profile>`: cards = slices / slices per card);
+- a node whose `nvidia.com/mig.config.state` is not `success` is being (or failed to be) repartitioned: a finding;
+- DRA holders: the opaque config that applies to a result says how its pods share the device (time-slicing, MPS,
+  unknown); a device with `allowMultipleAllocations` is shared by capacity: what its allocations consume and what is
+  left is derived per capacity (inventory/k8s/consumable.py), and it stays free while a request still fits;
 - DRA pools: only the highest generation counts; a pool with fewer slices than resourceSliceCount is incomplete
   and its devices are never counted as free; shared counters block partitions of a card whose other partitions
   (or the whole card) are allocated.
@@ -29,6 +35,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from inventory.extract import parse_time
+from inventory.k8s import consumable
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.models import (
     AllocationInterval,
@@ -47,14 +54,24 @@ from inventory.models import (
 from inventory.podstatus import pod_claim_served_resources, pod_rejected_at_admission
 from inventory.representations import device_content_hash, device_documents
 from inventory.services.changes import changes_record, device_changes
+from inventory.sharing import sharing_for_result
 from inventory.signals import devices_changed
 
 GPU_LABEL_PREFIX = "nvidia.com/"
 GPU_PRESENT_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
 TERMINAL_PHASES = {"Succeeded", "Failed"}
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
-MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)$")
-MIG_PROFILE_MEMORY = re.compile(r"^\d+g\.(?P<gb>\d+)gb$")
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
+MIG_PROFILE_MEMORY = re.compile(r"^\d+g\.(?P<gb>\d+)gb(?:\+me)?$")
+MIG_PROFILE_SLICES = re.compile(r"^(?P<g>\d+)g\.")
+# GFD's single strategy appends the profile of the node's (identical) MIG devices to the product label.
+MIG_SINGLE_PRODUCT = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# GPU instance slices of one card: 7 on A100/H100/H200/B200, 4 on A30.
+MIG_GPU_SLICES_DEFAULT = 7
+MIG_GPU_SLICES = (("A30", 4),)
 
 PoolKey = tuple[str, str]  # (driver, pool)
 
@@ -103,7 +120,25 @@ def _label_int(labels: dict[str, str], key: str) -> int | None:
 def _model_from_product(product: str) -> str:
     """GFD product label → model: strip the -SHARED suffix and the MIG single-strategy suffix."""
     product = product.removesuffix("-SHARED")
-    return re.sub(r"-MIG-\d+g\.\d+gb$", "", product)
+    return MIG_SINGLE_PRODUCT.sub("", product)
+
+
+def mig_slices_per_card(profile: str, product: str) -> int:
+    """How many MIG devices of `profile` one card holds when partitioned with it alone (the GPU Operator's
+    `all-<profile>` layouts, the only kind the single strategy allows): the card's GPU-instance slices divided by the
+    profile's (1g: 7, 2g: 3, 3g: 2, 4g and 7g: 1 on 7-slice cards)."""
+    match = MIG_PROFILE_SLICES.match(profile)
+    per_instance = int(match.group("g")) if match else 0
+    slices = next((n for name, n in MIG_GPU_SLICES if name in product.upper()), MIG_GPU_SLICES_DEFAULT)
+    return max(slices // per_instance, 1) if per_instance else 1
+
+
+def _mig_single_profile(resource: str, labels: dict[str, str]) -> str:
+    """The MIG profile `nvidia.com/gpu` stands for on a single-strategy node ("" when it is a whole card)."""
+    if resource != "nvidia.com/gpu" or labels.get(MIG_STRATEGY_LABEL) != "single":
+        return ""
+    match = MIG_SINGLE_PRODUCT.search(labels.get("nvidia.com/gpu.product", ""))
+    return match.group("profile") if match else ""
 
 
 def _normalise_model(text: str) -> str:
@@ -181,15 +216,22 @@ def _claim_allocation_rows(cluster_id: int, claim: dict[str, Any]) -> list[Claim
         for r in (status.get("reservedFor") or [])
         if isinstance(r, dict)
     ]
+    configs = devices.get("config") if isinstance(devices.get("config"), list) else []
     rows = []
     for result in results:
         if not isinstance(result, dict) or not all(isinstance(result.get(k), str) for k in ("driver", "pool", "device")):
             continue
+        request = str(result.get("request", ""))[:253]
+        sharing = sharing_for_result(configs, driver=result["driver"], request=request)
+        consumed = result.get("consumedCapacity")
         rows.append(ClaimAllocation(
             cluster_id=cluster_id, claim_uid=claim["uid"], namespace=claim["namespace"], claim_name=claim["name"],
-            request=str(result.get("request", ""))[:253], driver=result["driver"][:253], pool=result["pool"][:253],
+            request=request, driver=result["driver"][:253], pool=result["pool"][:253],
             device=result["device"][:253], admin_access=bool(result.get("adminAccess")),
             share_id=str(result.get("shareID") or "")[:64], reserved_for=reserved,
+            consumed_capacity={str(k)[:253]: str(v)[:64] for k, v in consumed.items()}
+            if isinstance(consumed, dict) else {},
+            sharing=sharing.strategy, sharing_detail=sharing.describe()[:200],
         ))
     return rows
 
@@ -218,6 +260,15 @@ def _plugin_unit(resource: str, labels: dict[str, str]) -> dict[str, Any]:
     """What one unit of `resource` is on a node with these labels."""
     gpu_count = _label_int(labels, "nvidia.com/gpu.count")
     card_memory = _label_int(labels, "nvidia.com/gpu.memory")
+    single = _mig_single_profile(resource, labels)
+    if single:
+        # GFD overrides gpu.count (MIG devices) and gpu.memory (one MIG device's MiB) under the single strategy.
+        memory = card_memory
+        if memory is None and (gb := MIG_PROFILE_MEMORY.match(single)):
+            memory = int(gb.group("gb")) * 1024
+        per_card = mig_slices_per_card(single, labels.get("nvidia.com/gpu.product", ""))
+        return {"mode": Mode.MIG, "mig_profile": single, "memory_mib": memory, "units_per_card": per_card,
+                "cards_from_labels": None, "unit": f"{resource} MIG-{single}"}
     mig = MIG_RESOURCE.match(resource)
     if mig:
         profile = mig.group("profile")
@@ -264,7 +315,8 @@ def _plugin_devices(cluster_id: int, node: dict[str, Any], requested: dict[str, 
         alloc = _int(allocatable.get(resource, 0))
         used = requested.get(resource, 0)
         unit = _plugin_unit(resource, labels)
-        if unit["mode"] == Mode.MIG:
+        single_strategy = "unit" in unit  # slices of cards whose count no label gives: slices / slices per card
+        if unit["mode"] == Mode.MIG and not single_strategy:
             cards = float(unit["cards_from_labels"] or 0)
         elif unit["units_per_card"] > 1:
             cards = cap / unit["units_per_card"]
@@ -273,7 +325,8 @@ def _plugin_devices(cluster_id: int, node: dict[str, Any], requested: dict[str, 
         unhealthy = max(0, cap - alloc)
         health = Health.OK if not unhealthy else (Health.UNHEALTHY if alloc == 0 else Health.DEGRADED)
         rows.append(Device(
-            **common, key=f"node/{node['name']}/{resource}"[:800], mode=unit["mode"], unit=resource[:300],
+            **common, key=f"node/{node['name']}/{resource}"[:800], mode=unit["mode"],
+            unit=unit.get("unit", resource)[:300],
             resource_name=resource[:253], mig_profile=unit["mig_profile"], memory_mib=unit["memory_mib"],
             units_per_card=unit["units_per_card"], cards=cards, capacity=cap, allocatable=alloc, in_use=used,
             free=max(0, alloc - used), unhealthy=unhealthy, health=health,
@@ -398,6 +451,8 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
                 if remaining.get(counter_key, 0) < amount:
                     blocked_by = f"counter {counter_key[0]}/{counter_key[1]} used by {', '.join(consumers[counter_key])}"
                     break
+        shared = _shared_capacity(driver, device, ordinary)
+        room = shared.room if shared is not None else not in_use
         device_type = str(_attr(attributes, "type", driver) or "")
         parent = str(_attr(attributes, "parentUUID", driver) or "")
         profile = str(_attr(attributes, "profile", driver) or "")
@@ -408,7 +463,7 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
         elif blocking:
             health, unhealthy, free = Health.UNHEALTHY, 1, 0
         else:
-            health, unhealthy, free = Health.OK, 0, (0 if in_use or blocked_by else 1)
+            health, unhealthy, free = Health.OK, 0, (1 if room and not blocked_by else 0)
         cc = str(_attr(attributes, "cudaComputeCapability", driver) or "")
         rows.append(Device(
             cluster_id=cluster_id, key=f"{driver}/{pool}/{name}"[:800], path=Path.DRA,
@@ -433,8 +488,35 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
             claim_name=holder.claim_name if holder else "", request_name=holder.request if holder else "",
             admin_access=bool(holder and holder.admin_access), share_id=holder.share_id if holder else "",
             reserved_for=holder.reserved_for if holder else [],
+            sharing=ordinary[0].sharing if ordinary else "", sharing_detail=ordinary[0].sharing_detail if ordinary else "",
+            holders=len({a.claim_uid for a in ordinary}),
+            consumed_capacity=shared.summary if shared is not None else {},
+            consumed_share=shared.share if shared is not None else float(in_use),
         ))
     return rows
+
+
+@dataclass
+class _SharedCapacity:
+    summary: dict[str, Any]
+    share: float
+    room: bool
+
+
+def _shared_capacity(driver: str, device: dict[str, Any], ordinary: list[ClaimAllocation]) -> _SharedCapacity | None:
+    """For a device with allowMultipleAllocations: what its allocations consume of each capacity and whether another
+    allocation could still fit. Results with a shareID consume their consumedCapacity; a result without one (an
+    allocation made as exclusive) takes the whole device, as the scheduler's allocated state does."""
+    if device.get("allowMultipleAllocations") is not True:
+        return None
+    capacities = consumable.device_capacities(driver, device.get("capacity"))
+    if any(not a.share_id for a in ordinary):
+        full = {name: capacity.value for name, capacity in capacities.items()}
+        return _SharedCapacity(consumable.summary(driver, full, capacities), 1.0, False)
+    consumed = consumable.total(consumable.consumed_amounts(a.driver, a.consumed_capacity) for a in ordinary)
+    return _SharedCapacity(consumable.summary(driver, consumed, capacities),
+                           round(consumable.dominant_share(consumed, capacities), 6),
+                           consumable.room_left(consumed, capacities))
 
 
 def _pool_findings(cluster_id: int, state: _PoolState, devices: list[Device]) -> list[Finding]:
@@ -498,6 +580,18 @@ def _node_findings(cluster_id: int, node: dict[str, Any], plugin: list[Device], 
                 f"{device.allocatable} (bound pods do not move when devices turn unhealthy)",
                 {"resource": device.resource_name, "requested": device.in_use, "allocatable": device.allocatable},
             ))
+    state = labels.get(MIG_CONFIG_STATE_LABEL)
+    if state is not None and state != "success":
+        config = labels.get(MIG_CONFIG_LABEL, "")
+        failed = state == "failed"
+        out.append(_finding(
+            cluster_id, Finding.Kind.MIG_RECONFIGURING, Finding.Severity.ERROR if failed else Finding.Severity.WARNING,
+            scope, f"{scope}/mig-config", name,
+            f"{name}: MIG configuration {config or '(unnamed)'} "
+            + ("failed to apply: the slices advertised may not be the ones asked for" if failed else
+               f"is {state}: the node's MIG devices are being repartitioned, its capacity is changing"),
+            {"config": config, "state": state, "strategy": labels.get(MIG_STRATEGY_LABEL, "")},
+        ))
     gpu_labels = _gpu_labels(labels)
     has_gpu_labels = any(labels.get(k) for k in GPU_PRESENT_LABELS)
     nvidia_resources = {k: v for k, v in capacity.items() if k.startswith(GPU_LABEL_PREFIX)}
@@ -537,7 +631,9 @@ def _gfd_mismatches(labels: dict[str, str], devices: list[Device]) -> dict[str, 
     if product and models and all(_normalise_model(_model_from_product(product)) != _normalise_model(m)
                                   for m in models):
         out["model"] = {"label": product, "dra": models}
-    memory = _label_int(labels, "nvidia.com/gpu.memory")
+    # Under the MIG single strategy GFD describes one MIG device in gpu.memory and counts MIG devices in gpu.count.
+    mig_single = labels.get(MIG_STRATEGY_LABEL) == "single" and bool(MIG_SINGLE_PRODUCT.search(product or ""))
+    memory = None if mig_single else _label_int(labels, "nvidia.com/gpu.memory")
     memories = sorted({d.memory_mib for d in devices if d.memory_mib})
     if memory and memories and memory not in memories:
         out["memory_mib"] = {"label": memory, "dra": memories}
@@ -549,7 +645,7 @@ def _gfd_mismatches(labels: dict[str, str], devices: list[Device]) -> dict[str, 
     drivers = sorted({d.driver_version for d in devices if d.driver_version})
     if driver and drivers and all(_version_tuple(driver) != _version_tuple(v) for v in drivers):
         out["driver_version"] = {"label": driver, "dra": drivers}
-    gpu_count = _label_int(labels, "nvidia.com/gpu.count")
+    gpu_count = None if mig_single else _label_int(labels, "nvidia.com/gpu.count")
     if gpu_count is not None and gpu_count != len(devices):
         out["gpu_count"] = {"label": gpu_count, "dra": len(devices)}
     return out
@@ -604,8 +700,8 @@ def _upsert_intervals(cluster_id: int, holder_kind: str, holder_uids: set[str] |
     AllocationInterval.objects.bulk_create(
         rows, batch_size=1000, update_conflicts=True,
         unique_fields=["cluster", "holder_kind", "holder_uid", "resource"],
-        update_fields=["namespace", "name", "node_name", "quantity", "admin_access", "started_at", "ended_at",
-                       "updated_at"],
+        update_fields=["namespace", "name", "node_name", "quantity", "share", "consumed_capacity", "admin_access",
+                       "started_at", "ended_at", "updated_at"],
     )
 
 
@@ -678,8 +774,44 @@ def claim_intervals_derive(*, cluster_id: int, claim_uids: set[str] | None) -> N
                 namespace=claim["namespace"], name=claim["name"], node_name=node[:253],
                 resource=f"{allocated.driver}/{allocated.pool}/{allocated.device}"[:300], quantity=1,
                 admin_access=allocated.admin_access, started_at=started, ended_at=ended,
+                consumed_capacity=allocated.consumed_capacity if allocated.share_id else {}, share=1.0,
             ))
+    _share_of_devices(cluster_id, rows)
     _upsert_intervals(cluster_id, AllocationInterval.HolderKind.CLAIM, claim_uids, rows)
+
+
+def _share_of_devices(cluster_id: int, rows: list[AllocationInterval]) -> None:
+    """Billing by consumed capacity: an interval on a shared device (a result with consumedCapacity) holds the
+    largest fraction of any of the device's capacities it consumes; every other interval holds the whole device."""
+    wanted = [r for r in rows if r.consumed_capacity]
+    if not wanted:
+        return
+    keys = {tuple(r.resource.split("/", 2)) for r in wanted}
+    states = _pool_states(cluster_id, {(k[0], k[1]) for k in keys if len(k) == 3})
+    capacities: dict[str, dict[str, consumable.Capacity]] = {}
+    for state in states.values():
+        for slice_row in state.current:
+            for device in (slice_row["raw"].get("spec") or {}).get("devices") or []:
+                key = f"{state.driver}/{state.pool}/{device.get('name')}" if isinstance(device, dict) else ""
+                if key and key not in capacities and device.get("allowMultipleAllocations") is True:
+                    capacities[key] = consumable.device_capacities(state.driver, device.get("capacity"))
+    for row in wanted:
+        found = capacities.get(row.resource)
+        driver = row.resource.split("/", 1)[0]
+        if found:
+            row.share = round(consumable.dominant_share(
+                consumable.consumed_amounts(driver, row.consumed_capacity), found), 6)
+
+
+def _claims_with_shares(cluster_id: int, pools: set[PoolKey] | None) -> set[str]:
+    """Claims holding shares of devices in these pools: their intervals' shares depend on the devices' capacities."""
+    query = ClaimAllocation.objects.filter(cluster_id=cluster_id).exclude(consumed_capacity={})
+    if pools is not None:
+        condition = Q(pk__in=[])
+        for driver, pool in pools:
+            condition |= Q(driver=driver, pool=pool)
+        query = query.filter(condition)
+    return set(query.values_list("claim_uid", flat=True))
 
 
 # ------------------------------------------------------------------------------------------------ entry points
@@ -712,6 +844,12 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
         if pools is not None:
             pools = pools | touched
         claim_intervals_derive(cluster_id=cluster_id, claim_uids=scope.claim_uids)
+    if scope.claim_uids is not None and (scope.pools is None or scope.pools):
+        # The shares of claims on consumable-capacity devices depend on the devices' published capacities: when a
+        # pool's slices change, re-derive the intervals of the claims holding shares there.
+        shared = _claims_with_shares(cluster_id, scope.pools) - scope.claim_uids
+        if shared:
+            claim_intervals_derive(cluster_id=cluster_id, claim_uids=shared)
     if scope.pod_uids is None or scope.pod_uids:
         pod_intervals_derive(cluster_id=cluster_id, pod_uids=scope.pod_uids)
 

@@ -41,8 +41,8 @@ def test_generate_validate_and_explain_a_mig_job(page: Page, live_server, demo_c
     expect(output.locator("#validation")).to_have_attribute("data-ok", "false")
     explanation = output.locator(".explanation")
     expect(explanation).to_have_attribute("data-schedulable", "false")
-    expect(explanation.locator(".message")).to_contain_text("0/16 nodes are available:")
+    expect(explanation.locator(".message")).to_contain_text("0/18 nodes are available:")
     expect(explanation.locator(".message")).to_contain_text("Insufficient nvidia.com/mig-1g.10gb")
     expect(explanation.locator(".hints")).to_contain_text("13")  # the largest count placeable today
-    expect(output.locator("[data-layer='feasibility']")).to_contain_text("0/16 nodes are available")
+    expect(output.locator("[data-layer='feasibility']")).to_contain_text("0/18 nodes are available")
     shot(page, "generate-does-not-fit")

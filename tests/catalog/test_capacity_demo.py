@@ -18,8 +18,9 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 # The demo's ResourceQuotas: requests.nvidia.com/gpu 40 + 12 + 16 + 4; gpu.nvidia.com devices 16; mig-1g 4.
 GPU_QUOTA = 72
 # Allocatable nvidia.com/gpu units of every device-plugin pool (that key counts them all, replicas included):
-# H100 15 + A100-40GB 4 + H200 8 + T4 32 replicas + L4 8 MPS shares.
-GPU_KEY_CAPACITY = 67
+# H100 15 + A100-40GB 4 + H200 8 + T4 32 replicas + L4 8 MPS shares + 28 MIG 1g.10gb slices that the
+# single-strategy pool (a100-mig-single, 2 nodes x 14) advertises under the same name.
+GPU_KEY_CAPACITY = 95
 
 
 def _offerings() -> dict[str, Offering]:
@@ -40,6 +41,10 @@ def _offerings() -> dict[str, Offering]:
         "t4-as-card": OfferingFactory(slug="t4-card", unit_kind="whole", resource_name="nvidia.com/gpu",
                                       node_selector={"nvidia.com/gpu.product": "Tesla-T4-SHARED"}),
         "mig-1g": OfferingFactory(slug="mig-1g", unit_kind="mig", resource_name="nvidia.com/mig-1g.10gb"),
+        # The single strategy sells the same slices as nvidia.com/gpu, selected by the product label.
+        "mig-single": OfferingFactory(slug="mig-single", unit_kind="mig", resource_name="nvidia.com/gpu",
+                                      node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"},
+                                      units_per_card=7),
         "l4-mps": OfferingFactory(slug="l4-mps", unit_kind="mps", resource_name="nvidia.com/gpu",
                                   node_selector={"nvidia.com/gpu.sharing-strategy": "mps"}),
         "l40s": OfferingFactory(slug="l40s", unit_kind="dra-device", device_class_name="gpu.nvidia.com",
@@ -76,6 +81,10 @@ EXPECTED = {
     "t4-as-card": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # 8 cards x 2 1g slices; embed-mig holds 3. Quota requests.nvidia.com/mig-1g.10gb = 4 (ml-inference).
     "mig-1g": (16, 16, 3, 13, 0, 8, 1, 13, 0, 0.0, 0, 4, 16, 0, 0, 0),
+    # a100-mig-single: 2 nodes x 2 cards x 7 slices = 28 slices on 4 cards; notebook-mig holds 1 on node 001, so
+    # 14 free on node 000 and 13 on node 001: fragmentation 1 - 14/27. detector-train (16 nvidia.com/gpu, no
+    # selector) could run there as far as labels and taints go: pending 1.
+    "mig-single": (28, 28, 1, 27, 0, 4, 2, 14, 0, 0.4815, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # 4 L4 x 2 MPS shares; mps-infer holds 2.
     "l4-mps": (8, 8, 2, 6, 0, 4, 1, 6, 0, 0.0, 1, GPU_QUOTA, GPU_KEY_CAPACITY, 0, 0, 0),
     # 2 nodes x 4 L40S; held: 3 dra-train, shared-l40s, warm-spare → free 3 (gpu-health-probe is admin access).
@@ -112,6 +121,9 @@ def test_capacity_of_each_unit_kind_equals_hand_computed_values(demo_cluster) ->
     a100 = [by_id[offerings[n].pk] for n in ("a100-dra", "a100-dra-1g", "a100-dra-3g")]
     assert all(c.contested == c.free for c in a100)
     assert {c.free_cards for c in a100} == {3}
+    # a100-mig-single-000 is being repartitioned (mig.config.state=pending): its offering's capacity is changing.
+    assert by_id[offerings["mig-single"].pk].capacity_changing
+    assert not any(c.capacity_changing for pk, c in by_id.items() if pk != offerings["mig-single"].pk)
     # Time-slice replicas are units, not cards: 32 units on 8 cards.
     t4 = by_id[offerings["t4"].pk]
     assert (t4.total_units, t4.cards) == (32, 8)

@@ -20,6 +20,8 @@ EXPECTED_DEVICE_PLUGIN = {
     ("mig", "nvidia.com/mig-1g.10gb", "NVIDIA-A100-SXM4-80GB"),
     ("mig", "nvidia.com/mig-2g.20gb", "NVIDIA-A100-SXM4-80GB"),
     ("mig", "nvidia.com/mig-3g.40gb", "NVIDIA-A100-SXM4-80GB"),
+    # MIG single strategy: the slices are nvidia.com/gpu on nodes whose product names the profile.
+    ("mig", "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"),
     ("time-slicing", "nvidia.com/gpu", "Tesla-T4-SHARED"),
     ("mps", "nvidia.com/gpu", "NVIDIA-L4-SHARED"),
 }
@@ -34,6 +36,9 @@ def test_discovery_proposes_each_unit_once_and_respects_curation(demo_cluster, p
     assert device_plugin == EXPECTED_DEVICE_PLUGIN
     t4 = next(o for o in proposals if o.unit_kind == "time-slicing")
     assert (t4.units_per_card, t4.isolation) == (4, "none")  # a replica is a quarter-card ticket, not a card
+    single = next(o for o in proposals if o.unit_kind == "mig" and o.resource_name == "nvidia.com/gpu")
+    assert (single.units_per_card, single.memory_mib, single.isolation, single.name) == (
+        7, 9984, "hardware", "NVIDIA-A100-SXM4-80GB — MIG slice (1g.10gb, single strategy)")
     dra = {(o.unit_kind, o.device_class_name, o.cel_selector) for o in proposals if o.is_dra}
     assert ("dra-device", "gpu.nvidia.com",
             'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"') in dra

@@ -42,7 +42,7 @@ def _kubesim_histogram(pod: dict) -> dict[str, int]:
     message = next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     parsed = parse_scheduling_message(message)
     assert parsed.parsed
-    assert parsed.total_nodes == 16
+    assert parsed.total_nodes == 18  # 16 + the two a100-mig-single nodes
     return {re.sub(r"^node\(s\) had untolerated taint \{.*\}$", "node(s) had untolerated taint(s)", r.reason): r.count
             for r in parsed.reasons}
 
@@ -60,18 +60,36 @@ def test_pending_pods_get_the_scheduler_message(demo, prefix):
         explanation = explain_pod(pod, snapshot)
         assert not explanation.schedulable
         assert explanation.histogram() == _kubesim_histogram(pod)
-        assert explanation.message.startswith("0/16 nodes are available: ")
+        assert explanation.message.startswith("0/18 nodes are available: ")
 
 
 def test_llm_eval_xl_message_and_hints(demo):
     snapshot, pending = demo
     explanation = explain_pod(_pod(pending, "llm-eval-xl")[0], snapshot)
     assert explanation.message == (
-        "0/16 nodes are available: 1 node(s) had untolerated taint(s), 13 node(s) didn't match Pod's node "
+        "0/18 nodes are available: 1 node(s) had untolerated taint(s), 15 node(s) didn't match Pod's node "
         "affinity/selector, 2 Insufficient nvidia.com/gpu.")
     assert ("the largest nvidia.com/gpu request placeable on one node this pod may use today is 3 (h100-000); "
             "this pod asks for 8") in explanation.hints
     assert any(h.startswith("h100-001 frees 8 nvidia.com/gpu when ml-research/llm-finetune-") for h in explanation.hints)
+
+
+def test_single_strategy_slices_are_explained_as_slices(demo):
+    # nvidia.com/gpu on the a100-mig-single nodes counts MIG 1g.10gb slices (14 per node, 13 free on -001): a pod
+    # asking for 16 "GPUs" there is short of slices, and would not get 16 cards anyway.
+    snapshot, pending = demo
+    explanation = explain_pod(_pod(pending, "detector-train")[0], snapshot)
+    assert next(v for v in explanation.nodes if v.name == "a100-mig-single-000").reasons == [
+        "Insufficient nvidia.com/gpu"]
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "ml-research"},
+             "spec": {"nodeSelector": {"kubesim.io/node-pool": "a100-mig-single"},
+                      "containers": [{"name": "main", "image": "x",
+                                      "resources": {"limits": {"nvidia.com/gpu": "16"}}}]}}
+    hints = explain_pod(probe, snapshot).hints
+    assert ("the largest nvidia.com/gpu request placeable on one node this pod may use today is 14 "
+            "(a100-mig-single-000); this pod asks for 16") in hints
+    assert ("on a100-mig-single-000, nvidia.com/gpu units are MIG 1g.10gb slices (single strategy), not whole cards"
+            in hints)
 
 
 def test_dra_big_message(demo):
@@ -80,7 +98,7 @@ def test_dra_big_message(demo):
     explanation = explain_pod(pod, snapshot)
     assert explanation.histogram() == {
         "node(s) had untolerated taint(s)": 1,
-        "node(s) didn't match Pod's node affinity/selector": 13,
+        "node(s) didn't match Pod's node affinity/selector": 15,
         "Insufficient cpu": 1,  # l40s-dra-000: 33 of 47.5 cores requested by its 6 pods; dra-big wants 16
         "Insufficient memory": 1,
         "cannot allocate all claims": 1,  # l40s-dra-001: 8 GPUs wanted, 4 match, gpu-0 held by warm-spare

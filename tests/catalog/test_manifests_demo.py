@@ -47,7 +47,7 @@ def test_generated_mig_job_validates_and_an_oversized_one_is_explained(live_demo
     too_big = _generate(member, cluster, count=14)["validation"]
     assert not too_big["ok"]
     unschedulable = next(f for f in too_big["findings"] if f["code"] == "unschedulable")
-    assert unschedulable["message"].startswith("0/16 nodes are available:")
+    assert unschedulable["message"].startswith("0/18 nodes are available:")
     assert "Insufficient nvidia.com/mig-1g.10gb" in unschedulable["message"]
 
 

@@ -76,6 +76,11 @@ DEVICE_FIELDS = {
     "admin_access",
     "share_id",
     "reserved_for",
+    "sharing",
+    "sharing_detail",
+    "holders",
+    "consumed_capacity",
+    "consumed_share",
     "updated_at",
 }
 POD_FIELDS = {

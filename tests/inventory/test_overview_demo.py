@@ -30,6 +30,9 @@ EXPECTED = {
     ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/mig-1g.10gb"): (8, 16, 16, 3, 13, 0, 0, 13, 1),
     ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/mig-2g.20gb"): (8, 8, 8, 1, 7, 0, 0, 7, 1),
     ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/mig-3g.40gb"): (8, 8, 8, 0, 8, 0, 0, 8, 1),
+    # a100-mig-single: 2 nodes x 2 cards in all-1g.10gb with the single strategy: nvidia.com/gpu = 14 slices per
+    # node, 7 per card — slices of 4 cards, not 28 cards. notebook-mig holds 1 slice on a100-mig-single-001.
+    ("NVIDIA-A100-SXM4-80GB", "mig", "nvidia.com/gpu MIG-1g.10gb"): (4, 28, 28, 1, 27, 0, 0, 14, 2),
     # t4-shared: 2 nodes x 4 cards x 4 time-slicing replicas = 32 units on 8 cards (1 card = 4 units).
     # triton-t4 (6) and flaky-worker (1, crash-looping but bound) sit on t4-shared-000; t4-shared-001 is empty.
     ("Tesla-T4", "time-slicing", "nvidia.com/gpu"): (8, 32, 32, 7, 25, 0, 0, 16, 2),
@@ -81,5 +84,9 @@ def test_demo_findings_show_the_drift_cases(demo_cluster) -> None:
     assert (Finding.Kind.POOL_INCOMPLETE, "pool/gpu.nvidia.com/h100-dra-partial-000") in found
     assert (Finding.Kind.POOL_STALE_GENERATION, "pool/gpu.nvidia.com/h100-dra-upd-000/stale") in found
     assert (Finding.Kind.DEVICE_TAINTED, "gpu.nvidia.com/h100-dra-upd-000/gpu-3") in found
+    # a100-mig-single-000 is labelled nvidia.com/mig.config.state=pending: it is being repartitioned.
+    reconfiguring = Finding.objects.get(cluster=demo_cluster, kind=Finding.Kind.MIG_RECONFIGURING)
+    assert (reconfiguring.subject, reconfiguring.evidence) == (
+        "node/a100-mig-single-000/mig-config", {"config": "all-1g.10gb", "state": "pending", "strategy": "single"})
     # DRA nodes carry GPU labels but no device-plugin resource: that is not a missing plugin.
     assert not any(kind == Finding.Kind.PLUGIN_MISSING and "dra" in subject for kind, subject in found)

@@ -37,7 +37,8 @@ def usable_devices(objs):
 
 def test_demo_totals(demo):
     counts = {k: len(kind(demo, k)) for k in ("Node", "ResourceSlice", "Pod", "ResourceClaim", "Event")}
-    assert counts == {"Node": 16, "ResourceSlice": 7, "Pod": 41, "ResourceClaim": 14, "Event": 5}
+    # 18 nodes and 42 pods: the two a100-mig-single nodes and notebook-mig were added for the MIG single strategy.
+    assert counts == {"Node": 18, "ResourceSlice": 7, "Pod": 42, "ResourceClaim": 14, "Event": 5}
 
 
 def test_stale_generation_pool(demo):

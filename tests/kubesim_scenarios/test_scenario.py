@@ -198,7 +198,7 @@ def test_slice_pools_are_complete(scenario):
         if set(generations) != {1}:
             assert set(generations) == {1, 2}
             stale.add(pool)
-    if len(by_kind(scenario, "Node")) == 16:  # demo
+    if len(by_kind(scenario, "Node")) == 18:  # demo
         assert incomplete == INCOMPLETE_DEMO_POOLS
         assert stale == STALE_DEMO_POOLS
     else:
@@ -376,9 +376,10 @@ def test_pending_pods_have_failed_scheduling_events(scenario):
 def test_demo_scheduler_message_matches_kube_scheduler_format(demo):
     pod = next(p for p in by_kind(demo, "Pod") if p["metadata"]["name"].startswith("llm-eval-xl"))
     assert pod["status"]["conditions"][0]["message"] == (
-        "0/16 nodes are available: 1 node(s) had untolerated taint {dedicated: training}, 13 node(s) didn't match "
-        "Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/16 "
-        "nodes are available: 14 Preemption is not helpful for scheduling, 2 No preemption victims found for "
+        # The two a100-mig-single nodes (added with the MIG single strategy) do not match the h100 pool selector.
+        "0/18 nodes are available: 1 node(s) had untolerated taint {dedicated: training}, 15 node(s) didn't match "
+        "Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/18 "
+        "nodes are available: 16 Preemption is not helpful for scheduling, 2 No preemption victims found for "
         "incoming pod."
     )
 
@@ -404,12 +405,20 @@ def test_pod_states(demo):
 # ------------------------------------------------------------------ demo coverage
 def test_demo_has_every_pool_type(demo):
     nodes = by_kind(demo, "Node")
-    assert len(nodes) == 16
+    assert len(nodes) == 18
     found = set()
     for n in nodes:
         labels, cap, alloc = n["metadata"]["labels"], n["status"]["capacity"], n["status"]["allocatable"]
         strategy = labels.get("nvidia.com/gpu.sharing-strategy")
-        if "nvidia.com/gpu" in cap and strategy == "none":
+        if labels.get("nvidia.com/mig.strategy") == "single":
+            # GFD's single strategy: nvidia.com/gpu counts MIG devices, the product names the profile.
+            assert labels["nvidia.com/gpu.product"].endswith("-MIG-1g.10gb")
+            assert int(cap["nvidia.com/gpu"]) == int(labels["nvidia.com/gpu.count"]) == 14
+            assert labels["nvidia.com/gpu.memory"] == "9984"
+            found.add("mig-single")
+            if labels["nvidia.com/mig.config.state"] == "pending":
+                found.add("mig-reconfiguring")
+        elif "nvidia.com/gpu" in cap and strategy == "none":
             found.add("whole")
         if labels.get("nvidia.com/mig.strategy") == "mixed" and any(k.startswith("nvidia.com/mig-") for k in cap):
             assert labels["nvidia.com/mig.config.state"] == "success"
@@ -443,6 +452,8 @@ def test_demo_has_every_pool_type(demo):
     assert found == {
         "whole",
         "mig",
+        "mig-single",
+        "mig-reconfiguring",
         "time-slicing",
         "mps",
         "dra",
@@ -456,6 +467,7 @@ def test_demo_has_every_pool_type(demo):
         for n in nodes
         if n["metadata"]["labels"].get("nvidia.com/gpu.sharing-strategy") == "none"
         and "nvidia.com/gpu" in n["status"]["capacity"]
+        and n["metadata"]["labels"].get("nvidia.com/mig.strategy") != "single"
     }
     assert len(models) >= 2
     assert (
