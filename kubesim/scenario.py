@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import gc
 import hashlib
+import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -456,7 +457,30 @@ class NodeState:
     pod_ip_seq: int = 1
     incomplete: bool = False  # the node's DRA pool publishes fewer slices than resourceSliceCount
     single_unit: set[str] = field(default_factory=set)  # shared resources the device plugin allocates 1 per container
+    # The node's history, so that a finished pod ran where it fitted at the time: the requests of the pods placed
+    # so far that still run (from their creation) and of the finished ones (while they ran).
+    running_since: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    finished: list[tuple[float, float, dict[str, int]]] = field(default_factory=list)
 
+
+# How long a finished pod ran at most (it starts 2 s after its creation and ends 3600 s after that, or earlier).
+FINISHED_RUN = 3700.0
+
+
+def _fits_history(node: NodeState, start: float, end: float, req: dict[str, int]) -> bool:
+    """Whether `req` fitted on the node throughout [start, end) beside the pods placed so far that ran there then:
+    the running ones created before `end` and the finished ones whose run overlaps."""
+    moments = {start} | {c for c, _ in node.running_since if start < c < end} | {
+        s for s, _, _ in node.finished if start < s < end}
+    for moment in moments:
+        for rname, amount in req.items():
+            if not amount:
+                continue
+            held = sum(r.get(rname, 0) for c, r in node.running_since if c <= moment) + sum(
+                r.get(rname, 0) for s, e, r in node.finished if s <= moment < e)
+            if held + amount > node.alloc.get(rname, 0):
+                return False
+    return True
 
 
 @dataclass
@@ -1707,6 +1731,7 @@ class _Builder:
         "hostDevice",
         "priorityClassName",
         "command",
+        "createdAt",
     }
 
     @staticmethod
@@ -1812,12 +1837,17 @@ class _Builder:
         labels = {"app.kubernetes.io/name": name, **{str(k): str(v) for k, v in (w.get("labels") or {}).items()}}
         image = str(w.get("image", "nvcr.io/nvidia/pytorch:25.01-py3" if ext or norm_refs else "python:3.12-slim"))
         per_ns = -(-count // len(nss))
+        created_at = w.get("createdAt")
+        if created_at is not None and (isinstance(created_at, bool) or not isinstance(created_at, int)
+                                       or not -30 * 86400 < created_at < 0):
+            raise ScenarioError(f"{ctx}.createdAt: seconds before the scenario's epoch, between -2592000 and 0 "
+                                f"(exclusive), got {created_at!r}")
         for i in range(count):
             ns = nss[i % len(nss)]
             tmpl_hash = _suffix(10, self.seed, "rs", ns, name)
             pod_name = self._pod_name(ns, name, controller, i // len(nss), per_ns, tmpl_hash)
             pod_uid = _uid(self.seed, "Pod", ns, pod_name)
-            created = -2 * 86400 + (wi * 997 + i * 13) % 86400
+            created = (created_at + i * 13) if created_at is not None else -2 * 86400 + (wi * 997 + i * 13) % 86400
             # claims for this pod
             pod_claims: list[tuple[dict, ClaimState]] = []
             for r in norm_refs:
@@ -1855,6 +1885,7 @@ class _Builder:
                     [c for _, c in pod_claims],
                     consume=state not in ("failed", "succeeded"),
                     extended=extended,
+                    created=created,
                 )
                 if node is None:
                     raise ScenarioError(
@@ -2044,9 +2075,14 @@ class _Builder:
         claims: list[ClaimState],
         consume: bool,
         extended: dict[str, str] | None = None,
+        created: float = 0.0,
     ) -> tuple[NodeState | None, ClaimState | None, str]:
         """(the node the scheduler binds the pod to, the claim it generated for DRA-backed extended resources, the
-        kubelet's admission error or ""). A pod the kubelet rejects holds nothing: nothing is consumed."""
+        kubelet's admission error or ""). A pod the kubelet rejects holds nothing: nothing is consumed.
+
+        A finished pod (`consume` false) consumes nothing now, but it ran once: it goes only where its requests fitted
+        beside the pods that ran there at the time, and a running pod only where it fits beside the finished pods
+        that ran after its creation (so that the history the scenario tells never had more on a node than it has)."""
         extended = extended or {}
         fixed = {c.node for c in claims if c.results is not None}
         if len(fixed) > 1:
@@ -2065,10 +2101,15 @@ class _Builder:
                 else None
             rejected = self._admission_error(node, plugin_req)
             if not consume:
-                if not self._filter_reasons(node, selector, tolerations, {}, []):
+                if not self._filter_reasons(node, selector, tolerations, {}, []) and (
+                        rejected or _fits_history(node, created, created + FINISHED_RUN, plugin_req)):
+                    if not rejected:
+                        node.finished.append((created, created + FINISHED_RUN, plugin_req))
                     return node, generated if not rejected else None, rejected
                 continue
             if self._filter_reasons(node, selector, tolerations, plugin_req, []):
+                continue
+            if not rejected and not _fits_history(node, created, math.inf, plugin_req):
                 continue
             wanted = [*claims, *([generated] if generated else [])]
             picks = self._try_allocate(node, wanted) if wanted else []
@@ -2082,6 +2123,7 @@ class _Builder:
             node.pod_count += 1
             for rname, amount in plugin_req.items():
                 node.used[rname] = node.used.get(rname, 0) + amount
+            node.running_since.append((created, plugin_req))
             return node, generated, ""
         return None, None, ""
 

@@ -650,6 +650,10 @@ class Store:
         self._rv += 1
         obj = dict(old.obj)
         obj["metadata"] = {**old.obj["metadata"], "resourceVersion": str(self._rv)}
+        if plural == "pods" and "deletionTimestamp" not in obj["metadata"]:
+            # Pods are deleted gracefully: the API server sets deletionTimestamp before the kubelet's final delete, so
+            # the DELETED event carries it. The simulator's pods terminate at once (a grace period of 0).
+            obj["metadata"].update(deletionTimestamp=now_ts(), deletionGracePeriodSeconds=0)
         so = StoredObject(obj, self._rv)
         self._record(plural, "DELETED", so)
         return so

@@ -194,6 +194,25 @@ def test_watch_from_resource_version(sim, api_client):
     assert events == [("ADDED", "watched"), ("MODIFIED", "watched"), ("DELETED", "watched")]
 
 
+def test_a_deleted_pod_carries_its_deletion_timestamp(sim, api_client):
+    """Pods are deleted gracefully: the DELETED event's object has deletionTimestamp (what the portal ends the pod's
+    allocation at); a namespace-less kind without graceful deletion has none."""
+    core = _core(api_client)
+    rv = core.list_namespaced_pod("team-a").metadata.resource_version
+    core.create_namespaced_pod("team-a", _pod("gone"))
+    core.delete_namespaced_pod("gone", "team-a")
+    [deleted] = [e["object"] for e in kubernetes.watch.Watch().stream(
+        core.list_namespaced_pod, "team-a", resource_version=rv, timeout_seconds=1) if e["type"] == "DELETED"]
+    assert deleted.metadata.deletion_timestamp is not None
+    assert deleted.metadata.deletion_grace_period_seconds == 0
+    rv = core.list_namespace().metadata.resource_version
+    core.create_namespace({"metadata": {"name": "brief"}})
+    core.delete_namespace("brief")
+    [namespace] = [e["object"] for e in kubernetes.watch.Watch().stream(
+        core.list_namespace, resource_version=rv, timeout_seconds=1) if e["type"] == "DELETED"]
+    assert namespace.metadata.deletion_timestamp is None
+
+
 def test_watch_rv0_synthetic_added_then_live(sim, api_client):
     core = _core(api_client)
     seen: list[tuple[str, str]] = []

@@ -122,3 +122,34 @@ def test_sharing_scenario_builds_and_is_deterministic() -> None:
     [finetune] = [p for p in by_kind(first, "Pod") if p["metadata"]["name"].startswith("finetune")]
     assert finetune["status"]["conditions"][0]["message"].startswith(
         "0/4 nodes are available: 2 cannot allocate all claims, 2 node(s) didn't match Pod's node affinity/selector.")
+
+
+def _history(*workloads: dict) -> dict:
+    return {"nodePools": [{"name": "a100", "count": 1, "mode": "whole",
+                           "gpu": {"model": "NVIDIA-A100-SXM4-40GB", "perNode": 4}}],
+            "namespaces": [{"name": "ml"}], "workloads": list(workloads)}
+
+
+RUNNING = {"name": "serve", "namespace": "ml", "pool": "a100", "state": "running", "resources": {"nvidia.com/gpu": 4},
+           "createdAt": -100000}
+FAILED = {"name": "train", "namespace": "ml", "pool": "a100", "state": "failed", "resources": {"nvidia.com/gpu": 2},
+          "controller": "Job"}
+
+
+def test_a_finished_pod_ran_only_where_it_fitted_at_the_time() -> None:
+    # While `serve` held the node's four GPUs, no 2-GPU pod can have run there: in either order of the file.
+    for workloads in ((RUNNING, {**FAILED, "createdAt": -90000}), ({**FAILED, "createdAt": -90000}, RUNNING)):
+        with pytest.raises(ScenarioError, match="no node in pool 'a100' has room"):
+            load_scenario(_history(*workloads))
+    # Before `serve` was created it could, and two such pods overlapping in time fill the node exactly.
+    objects = load_scenario(_history(RUNNING, {**FAILED, "count": 2, "createdAt": -110000}))
+    phases = sorted((p["metadata"]["name"].split("-")[0], p["status"]["phase"]) for p in by_kind(objects, "Pod"))
+    assert phases == [("serve", "Running"), ("train", "Failed"), ("train", "Failed")]
+    with pytest.raises(ScenarioError, match="no node in pool 'a100' has room"):
+        load_scenario(_history(RUNNING, {**FAILED, "count": 3, "createdAt": -110000}))
+
+
+@pytest.mark.parametrize("value", [0, 5, -30 * 86400, "yesterday", True, 1.5])
+def test_created_at_must_be_seconds_before_the_epoch(value) -> None:
+    with pytest.raises(ScenarioError, match=r"workloads\[0\]\.createdAt"):
+        load_scenario(_history({**RUNNING, "createdAt": value}))
