@@ -38,7 +38,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingPrice
 from inventory.errors import PortalError
 from inventory.k8s.semantics import labels_match
-from inventory.models import AllocationInterval, Cluster, Device, Node
+from inventory.models import AllocationInterval, Cluster, Device, Node, Path
 from portal.models import ChargeMapping, TenantNamespace, sees_all_tenants
 
 STEPS = ("hour", "day", "month")
@@ -145,9 +145,17 @@ def _resolve_extended(cluster_id: int, keys: list[tuple[str, str]], offerings: l
     for name, node_labels in Node.objects.filter(cluster_id=cluster_id, name__in=names).order_by(
             "name", "first_seen_at").values_list("name", "labels"):
         labels[name] = node_labels or {}
+    # What the units on each node are (whole cards, MIG slices, replicas, shares): an offering sells one kind, so a
+    # MIG slice advertised as nvidia.com/gpu (single strategy) is never billed as a whole card. The catalog matches
+    # devices the same way (catalog.services.matching). A node the inventory no longer has keeps the labels test.
+    modes = {(resource, node): mode for resource, node, mode in Device.objects.filter(
+        cluster_id=cluster_id, path=Path.DEVICE_PLUGIN, node_name__in=names).values_list(
+        "resource_name", "node_name", "mode")}
     resolved = {}
     for resource, node in keys:
+        mode = modes.get((resource, node))
         candidates = [o for o in offerings if o.unit_kind not in DRA_KINDS and o.resource_name == resource
+                      and (mode is None or o.unit_kind == mode)
                       and labels_match(labels.get(node, {}), o.node_selector or {})]
         chosen = _most_specific(candidates)
         resolved[(resource, node)] = chosen.pk if chosen else None
@@ -274,6 +282,7 @@ class Piece:
     start: dt.datetime
     end: dt.datetime
     quantity: int
+    share: Decimal  # the fraction of each unit the holder consumed (consumable capacity), else 1
     unit_price: Decimal | None
     currency: str
     admin_access: bool
@@ -322,7 +331,7 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
             condition |= Q(cluster_id=cluster_id, namespace__in=namespaces)
         rows = rows.filter(condition)
     columns = ("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name", "node_name", "resource",
-               "quantity", "admin_access")
+               "quantity", "share", "admin_access")
     if connection.vendor != "postgresql":
         return list(rows.order_by("id").values(*columns, "started_at", "ended_at"))
     # Parsing 400,000 timestamptz values dominates a month of `large`: read them as epoch microseconds instead
@@ -364,18 +373,22 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
         tenant_slug, cost_center = owners.get((interval["cluster_id"], interval["namespace"]), (UNASSIGNED, ""))
         holder = f"{interval['holder_kind']}/{interval['namespace']}/{interval['name']}"
         quantity, admin = interval["quantity"], interval["admin_access"]
+        # A claim sharing a device by consumable capacity is billed what it consumed of it (its share), so the
+        # holders of one device together never pay for more than the device.
+        share = Decimal(1) if interval["share"] >= 1 else Decimal(repr(interval["share"]))
+        units = quantity * share
         cluster_name = clusters.get(interval["cluster_id"], "")
         for bucket_start, bucket_end in steps:
             part_lo, part_hi = max(lo, bucket_start), min(hi, bucket_end)
             if part_hi <= part_lo:
                 continue
             for piece_start, piece_end, period in priced_parts(offering_periods, part_lo, part_hi):
-                used = quantity * _hours(piece_start, piece_end)
+                used = units * _hours(piece_start, piece_end)
                 price = None if period is None else (zero if admin else period.unit_price)
                 append(Piece(
                     interval["id"], holder, cluster_name, interval["namespace"], tenant_slug, cost_center, slug,
                     interval["resource"], interval["node_name"], bucket_start, piece_start, piece_end, quantity,
-                    price, period.currency if period else "", admin, quantize(used, PRECISION, ROUND_HALF_EVEN),
+                    share, price, period.currency if period else "", admin, quantize(used, PRECISION, ROUND_HALF_EVEN),
                     zero if price is None else quantize(price * used, PRECISION, ROUND_HALF_EVEN)))
     return out
 
@@ -437,7 +450,7 @@ def piece_json(piece: Piece) -> dict[str, Any]:
     return {"interval": piece.interval_id, "holder": piece.holder, "cluster": piece.cluster,
             "namespace": piece.namespace, "tenant": piece.tenant, "offering": piece.offering,
             "resource": piece.resource, "node_name": piece.node_name, "period_start": piece.period_start,
-            "start": piece.start, "end": piece.end, "quantity": piece.quantity,
+            "start": piece.start, "end": piece.end, "quantity": piece.quantity, "share": piece.share,
             "unit_price": piece.unit_price, "currency": piece.currency, "admin_access": piece.admin_access,
             "unpriced": piece.unpriced, "unit_hours": piece.unit_hours, "cost": piece.cost}
 

@@ -64,6 +64,9 @@ class PieceSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     quantity = serializers.IntegerField()
+    share = serializers.DecimalField(max_digits=8, decimal_places=6, help_text=(
+        "The fraction of each unit the holder consumed: below 1 only for a claim sharing a device by consumable "
+        "capacity; unit_hours = quantity x share x hours."))
     unit_price = serializers.DecimalField(max_digits=12, decimal_places=4, allow_null=True)
     currency = serializers.CharField()
     admin_access = serializers.BooleanField()

@@ -327,3 +327,52 @@ def test_every_csv_export_neutralises_formulas(books) -> None:
             assert "'" + value in cells, (name, value)
     focus_cells = _cells(exports["focus"].content)
     assert {"'" + value for value in FORMULAS} <= set(focus_cells)
+
+
+def test_an_offering_bills_only_its_own_kind_of_unit(db) -> None:
+    """A MIG slice the single strategy advertises as nvidia.com/gpu is not a whole card: an offering selling whole
+    cards whose node selector the node also satisfies does not bill it (the catalog does not count it either)."""
+    cluster = ClusterFactory(name="prod")
+    labels = {"node-pool": "a100", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}
+    NodeFactory(cluster=cluster, name="mig-node", labels=labels)
+    Device.objects.create(cluster=cluster, key="node/mig-node/nvidia.com/gpu", path="device-plugin", mode="mig",
+                          unit="nvidia.com/gpu", node_name="mig-node", resource_name="nvidia.com/gpu", capacity=14,
+                          allocatable=14)
+    whole = OfferingFactory(slug="a100-pool", unit_kind="whole", resource_name="nvidia.com/gpu",
+                            node_selector={"node-pool": "a100"})
+    _price(whole, "4.00", at(1, month=1))
+    _interval(cluster, AllocationInterval.HolderKind.POD, "notebook", "ml", "nvidia.com/gpu", 1, at(2), at(2, 10),
+              node="mig-node")
+    [piece] = _pieces()
+    assert (piece.offering, piece.unpriced, piece.cost) == ("", True, 0)
+
+    ChargeMapping.objects.all().delete()
+    slice_offering = OfferingFactory(slug="a100-1g", unit_kind="mig", resource_name="nvidia.com/gpu",
+                                     node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"})
+    _price(slice_offering, "0.50", at(1, month=1))
+    [piece] = _pieces()
+    assert (piece.offering, piece.cost) == ("a100-1g", Decimal("5.000000"))
+
+
+def test_a_share_of_a_device_is_billed_as_its_share(db) -> None:
+    """Claims sharing one device by consumable capacity are each billed what they consumed of it: quantity x share x
+    hours, so the holders of a device never pay for more than the device."""
+    cluster = ClusterFactory(name="prod")
+    dra = OfferingFactory(slug="h100-shares", unit_kind="dra-device", device_class_name="gpu.nvidia.com")
+    _price(dra, "8.00", at(1, month=1))
+    DeviceClass.objects.create(cluster=cluster, uid="dc-1", name="gpu.nvidia.com", resource_version="1", raw={
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})
+    Device.objects.create(cluster=cluster, key="gpu.nvidia.com/pool-a/gpu-0", path="dra", mode="dra-device",
+                          unit="gpu.nvidia.com gpu", node_name="n1", driver="gpu.nvidia.com", pool="pool-a",
+                          device_name="gpu-0", capacity=1, allocatable=1, allow_multiple_allocations=True)
+    claim = AllocationInterval.HolderKind.CLAIM
+    for name, share in (("embed", 0.25), ("rerank", 0.25), ("train", 0.5)):
+        interval = _interval(cluster, claim, name, "ml", "gpu.nvidia.com/pool-a/gpu-0", 1, at(2), at(2, 10))
+        AllocationInterval.objects.filter(pk=interval.pk).update(share=share)
+    pieces = {p.holder.rsplit("/", 1)[1]: p for p in _pieces()}
+    assert {name: (p.share, p.unit_hours, p.cost) for name, p in pieces.items()} == {
+        "embed": (Decimal("0.25"), Decimal("2.500000"), Decimal("20.000000")),
+        "rerank": (Decimal("0.25"), Decimal("2.500000"), Decimal("20.000000")),
+        "train": (Decimal("0.5"), Decimal("5.000000"), Decimal("40.000000"))}
+    [total] = cb.totals(list(pieces.values()))
+    assert (total["unit_hours"], total["cost"]) == (Decimal("10.000000"), Decimal("80.000000"))  # one device, 10 h
