@@ -110,7 +110,9 @@ def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figure
         v["free"] += free
         if device["pool_complete"]:
             held = allocatable - free  # held by a pod or claim, or blocked by shared counters
-            v["blocked"] += held - min(in_use, allocatable)
+            # Blocked: held although nobody holds it. A device shared by consumable capacity that still takes a
+            # share is free while claims hold it (in use and free), so it is not negatively blocked either.
+            v["blocked"] += max(held - min(in_use, allocatable), 0)
         else:
             held = min(in_use, allocatable)  # a claim says so; the rest of an incomplete pool is unknown
             v["unknown"] += allocatable - held - free
