@@ -50,32 +50,44 @@ def finance(db: None) -> User:
     return make_user("finance", Role.FINANCE)
 
 
+def sync_once(cluster: Any) -> None:
+    """One full list-and-apply of the cluster, as the sync worker does, in this process."""
+    from inventory.leases import lease_backend
+    from inventory.services.clients import client_for
+    from inventory.services.sync import cluster_sync_once
+
+    client = client_for(cluster)
+    backend = lease_backend()
+    try:
+        cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
-def _live(scenario: str) -> Iterator[tuple[Any, Any]]:
-    """A builtin kubesim scenario synced into the database, with the simulator still serving."""
+def live_cluster(scenario: Any, *, name: str) -> Iterator[tuple[Any, Any]]:
+    """A kubesim scenario (builtin name or parsed dict) served, registered as cluster `name` and synced into the
+    database, with the simulator still serving."""
     import redis
     import yaml
     from django.conf import settings
 
     from catalog.services.manifests import snapshot_forget
-    from inventory.leases import lease_backend
-    from inventory.services.clients import client_for
     from inventory.services.clusters import cluster_register
-    from inventory.services.sync import cluster_sync_once
     from kubesim import Simulator
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     snapshot_forget()
     with Simulator(scenario=scenario, port=0) as sim:
-        cluster = cluster_register(name=scenario, kubeconfig=yaml.safe_dump(sim.kubeconfig()))
-        client = client_for(cluster)
-        backend = lease_backend()
-        try:
-            cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
-        finally:
-            client.close()
+        cluster = cluster_register(name=name, kubeconfig=yaml.safe_dump(sim.kubeconfig()))
+        sync_once(cluster)
         yield sim, cluster
     snapshot_forget()
+
+
+def _live(scenario: str) -> contextlib.AbstractContextManager[tuple[Any, Any]]:
+    """A builtin kubesim scenario synced into the database, with the simulator still serving."""
+    return live_cluster(scenario, name=scenario)
 
 
 @pytest.fixture
