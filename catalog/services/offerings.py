@@ -17,7 +17,7 @@ from catalog.errors import CatalogError, OfferingValidationError
 from catalog.isolation import declared_sharing, isolation_problem
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, OfferingPrice, UnitKind
 from catalog.versions import parse_version
-from inventory.k8s.semantics import is_dns_subdomain
+from inventory.k8s.semantics import is_dns_subdomain, is_extended_resource, qualified_name_problem
 
 EDITABLE_FIELDS = (
     "slug", "name", "description", "unit_kind", "model", "memory_mib", "compute_share", "isolation", "fault_domain",
@@ -26,7 +26,6 @@ EDITABLE_FIELDS = (
     "cpu_architectures", "kubernetes_min", "kubernetes_max", "runtime_class", "owner_team", "health_criteria",
     "upgrade_window",
 )
-_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _EFFECTS = {"", "NoSchedule", "PreferNoSchedule", "NoExecute"}
 
@@ -61,7 +60,7 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         if str(data.get("cel_selector") or "").strip():
             _add(errors, "cel_selector", "CEL selectors apply to DRA devices; select device-plugin pools with node "
                                          "labels instead.")
-    if resource and (not _QUALIFIED.match(resource) or resource.startswith(("kubernetes.io/", "requests."))):
+    if resource and ("/" not in resource or qualified_name_problem(resource) or not is_extended_resource(resource)):
         _add(errors, "resource_name", "Not an extended resource name (vendor-domain/name, e.g. nvidia.com/gpu).")
     expression = str(data.get("cel_selector") or "")
     if expression.strip() and kind in DRA_KINDS:
