@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -40,6 +41,8 @@ class LeaseBackend(Protocol):
     def release(self, lease: Lease) -> None: ...
 
     def is_held(self, state: SyncState) -> bool: ...
+
+    def break_(self, state: SyncState) -> None: ...
 
 
 @dataclass
@@ -136,6 +139,9 @@ class RedisLeaseBackend:
     def is_held(self, state: SyncState) -> bool:
         return bool(self._redis.exists(self.key(state)))
 
+    def break_(self, state: SyncState) -> None:
+        self._redis.delete(self.key(state))
+
 
 class DatabaseLeaseBackend:
     """Embedded-mode leases: the SyncState row itself, taken with a guarded UPDATE (atomic on SQLite and Postgres)."""
@@ -164,6 +170,21 @@ class DatabaseLeaseBackend:
 
     def is_held(self, state: SyncState) -> bool:
         return SyncState.objects.filter(pk=state.pk).filter(Q(lease_expires_at__gt=timezone.now())).exists()
+
+    def break_(self, state: SyncState) -> None:
+        SyncState.objects.filter(pk=state.pk).update(lease_expires_at=None)
+
+
+def leases_break(states: Iterable[SyncState]) -> int:
+    """Free the leases of these (cluster, kind) states whatever holds them: only for a process that knows no watcher
+    of theirs runs (`manage.py demo` at start, after checking no other demo is up). The fencing token still moves
+    forward on the next acquire, so a watcher that was in fact alive cannot write after it."""
+    backend = lease_backend()
+    count = 0
+    for state in states:
+        backend.break_(state)
+        count += 1
+    return count
 
 
 def lease_backend() -> LeaseBackend:

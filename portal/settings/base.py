@@ -108,6 +108,15 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "inventory:node_list"
 LOGOUT_REDIRECT_URL = "login"
 
+# Notification e-mail (portal/notifications.py). The demo writes messages to files under var/mail instead.
+EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env("DJANGO_EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("DJANGO_EMAIL_PORT", default=25)
+EMAIL_USE_TLS = env.bool("DJANGO_EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env.int("DJANGO_EMAIL_TIMEOUT", default=10)
+EMAIL_FILE_PATH = env("DJANGO_EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="accelerator-portal@localhost")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -184,7 +193,7 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
 else:
     _broker_dir = VAR_DIR / "celery-broker"
-    CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
+    CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://localhost/")  # the host is ignored
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),

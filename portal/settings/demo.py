@@ -11,7 +11,10 @@ if not _secret_file.exists():
     _secret_file.write_text(secrets.token_urlsafe(50))
 os.environ.setdefault("DJANGO_SECRET_KEY", _secret_file.read_text().strip())
 os.environ.setdefault("DATABASE_URL", f"sqlite:///{_var / 'demo.sqlite3'}")
-os.environ.setdefault("DJANGO_DEBUG", "true")
+# Not DEBUG: the demo shows the portal's own error pages, never Django's debug page with the URL list.
+os.environ.setdefault("DJANGO_DEBUG", "false")
+os.environ.setdefault("DJANGO_SECURE", "false")  # plain http on 127.0.0.1
+os.environ.setdefault("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")  # var/mail
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 os.environ.setdefault("PORTAL_WATCH_WINDOW_SECONDS", "60")
 

@@ -19,7 +19,7 @@ from django.db import connection
 from inventory.errors import ClusterUnreachableError, LeaseLostError
 from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE, WatchEvent
 from inventory.kinds import SYNCED_KINDS, kind_ref
-from inventory.leases import lease_backend
+from inventory.leases import lease_backend, leases_break
 from inventory.models import Cluster, ConfigMap, Node, Pod, SyncIssue, SyncState
 from inventory.services.clients import client_for
 from inventory.services.sync import _apply_events, cluster_sync_once, kind_list, sync_state_for
@@ -316,6 +316,23 @@ def test_one_lease_per_kind_under_concurrency(cluster: Cluster) -> None:
     for t in threads:
         t.join()
     assert len(won) == 1
+
+
+@pytest.mark.parametrize("backend_name", ["redis", "database"])
+def test_a_stale_lease_is_broken_and_the_fence_still_moves_forward(cluster: Cluster, backend_name, settings) -> None:
+    """`manage.py demo` frees the leases a hard-stopped demo left behind: the next acquire succeeds at once, and the
+    dead holder's token is fenced out."""
+    settings.PORTAL_LEASE_BACKEND = backend_name
+    state = sync_state_for(cluster_id=cluster.pk, kind="nodes")
+    stale = lease_backend().acquire(state, 300)
+    assert stale is not None
+    assert lease_backend().acquire(state, 30) is None
+    assert leases_break(SyncState.objects.filter(cluster=cluster, kind="nodes")) == 1
+    fresh = lease_backend().acquire(state, 30)
+    assert fresh is not None
+    assert fresh.token > stale.token
+    assert not stale.renew()
+    fresh.release()
 
 
 def test_bad_objects_are_stored_and_flagged_without_blocking_the_batch(sim: Simulator, cluster: Cluster) -> None:

@@ -19,11 +19,26 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from inventory.leases import leases_break
+from inventory.models import SyncState
+
 
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.3)
         return sock.connect_ex((host, port)) == 0
+
+
+def banner(web_port: int, sim_port: int, kubeconfig: Path) -> str:
+    """What a newcomer needs, printed last: where the portal is, every login and where each one starts."""
+    from portal.management.commands.demo_users import DEMO_PURPOSE
+
+    width = max(len(name) for name in DEMO_PURPOSE)
+    logins = "\n".join(f"  {name:<{width}}  {what}" for name, what in DEMO_PURPOSE.items())
+    return (f"\nAccelerator Portal demo: http://127.0.0.1:{web_port}/\n"
+            f"Logins (password 'demo'):\n{logins}\n"
+            f"Simulator: http://127.0.0.1:{sim_port} (kubectl --kubeconfig {kubeconfig} get nodes)\n"
+            "Ctrl-C stops everything.\n")
 
 
 class Command(BaseCommand):
@@ -73,21 +88,27 @@ class Command(BaseCommand):
                 time.sleep(0.2)
             call_command("demo_users")
             call_command("cluster_add", "demo", "--kubeconfig", str(kubeconfig), "--description", "kubesim demo")
+            # A previous demo stopped hard (kill, closed terminal) can leave its watchers' leases behind; no watcher
+            # of this demo runs yet and no other demo is up (the ports were free), so they are stale.
+            leases_break(SyncState.objects.filter(cluster__name="demo"))
             call_command("sync", "--cluster", "demo", "--once")
             call_command("demo_tenants")  # tenants mapped by the demo's namespace label, member/lead in ml-research
             call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
             call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
             celery = [python, "-m", "celery", "-A", "portal"]
-            spawn(*celery, "worker", "-Q", "watch,default,webhooks", "-P", "threads", "-c", "16",
-                  "--loglevel", "INFO", "-n", "demo@%h")
-            spawn(*celery, "beat", "--loglevel", "INFO", "-s", str(var / "celerybeat-schedule"))
-            spawn(python, manage, "runserver", f"127.0.0.1:{options['web_port']}", "--noreload")
-            self.stdout.write(self.style.SUCCESS(
-                f"\nAccelerator Portal demo on http://127.0.0.1:{options['web_port']}/ "
-                f"(simulator on http://127.0.0.1:{options['sim_port']}, kubeconfig {kubeconfig})\n"
-                "Logins (password 'demo'): member, lead, approver, security, admin, finance\n"
-                "Ctrl-C stops everything.\n"
-            ))
+            # Demo machines often run everything as root; Celery's warning about it would bury the banner.
+            env["PYTHONWARNINGS"] = "ignore:You're running the worker with superuser privileges"
+            # --quiet: no banners, so that the portal's own banner below stays the last thing on the screen
+            spawn(*celery, "--quiet", "worker", "-Q", "watch,default,webhooks", "-P", "threads", "-c", "16",
+                  "--loglevel", "WARNING", "-n", "demo@%h")
+            spawn(*celery, "--quiet", "beat", "--loglevel", "WARNING", "-s", str(var / "celerybeat-schedule"))
+            spawn(python, manage, "runserver", f"127.0.0.1:{options['web_port']}", "--noreload", "--skip-checks")
+            deadline = time.monotonic() + 60
+            while not _port_open("127.0.0.1", options["web_port"]):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise CommandError("the web server did not start")
+                time.sleep(0.2)
+            self.stdout.write(self.style.SUCCESS(banner(options["web_port"], options["sim_port"], kubeconfig)))
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)
             failed = [p.args for p in procs if p.poll() is not None]

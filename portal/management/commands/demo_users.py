@@ -15,6 +15,16 @@ DEMO_USERS = {
     "admin": Role.PLATFORM_ADMIN,
     "finance": Role.FINANCE,
 }
+# What each demo login is for, as the demo's banner and the README say it.
+DEMO_PURPOSE = {
+    "member": "tenant member of ml-research: catalog, generator, validator, pending pods, access exceptions",
+    "lead": "tenant lead of ml-research: a member who also requests quota",
+    "approver": "approves quota requests",
+    "security": "approves access exceptions (adminAccess, privileged), with security2",
+    "security2": "the second security approval an exception needs",
+    "admin": "platform admin: clusters, inventory, offerings, audit, Django admin",
+    "finance": "chargeback statements and exports",
+}
 
 
 class Command(BaseCommand):
