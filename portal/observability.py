@@ -310,6 +310,17 @@ def redact_secrets(text: str) -> str:
     return text
 
 
+class ClientErrorFilter(logging.Filter):
+    """Django logs a refused request (403 PermissionDenied, 400 SuspiciousOperation) with the exception's traceback:
+    a line is enough for what a client did wrong; a traceback is for server errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.name.startswith(("django.request", "django.security")) and isinstance(status, int) and status < 500:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 class RedactSecretsFilter(logging.Filter):
     """Defence in depth: the code never logs kubeconfigs or tokens, and this filter removes bearer tokens, API
     tokens and kubeconfig credentials from any message (and exception text) that would carry one anyway."""

@@ -1,10 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal import observability
+from portal import observability, views
 from portal.security import ThrottledLoginView
 
 
@@ -22,7 +21,8 @@ handler404 = "portal.views.not_found"  # JSON under /api/
 
 urlpatterns = [
     path("metrics", observability.metrics_view, name="metrics"),
-    path("", RedirectView.as_view(pattern_name="catalog:offering_list", permanent=False), name="home"),
+    path("", views.home, name="home"),
+    path("favicon.ico", views.favicon),
     path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -7,10 +7,42 @@ from typing import Any
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
 from django.views import defaults
 from django.views.generic import DetailView, ListView
 
 from portal.models import NamespaceLabelRule, Tenant, sees_all_tenants
+from portal.roles import Role, user_has_role
+
+# Where each role's work is, in the order a user with several roles lands: the platform admin on the overview, an
+# approver on the queue, finance on the statements; everyone else (tenants) on the catalog.
+LANDING = (
+    (Role.PLATFORM_ADMIN, "inventory:overview"),
+    (Role.APPROVER, "portal:quota_queue"),
+    (Role.SECURITY_APPROVER, "portal:access_queue"),
+    (Role.FINANCE, "portal:chargeback"),
+)
+
+
+def landing_url_name(user: Any) -> str:
+    for role, url_name in LANDING:
+        if user_has_role(user, role):
+            return url_name
+    return "catalog:offering_list"
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page's <link rel=icon> says."""
+    from django.templatetags.static import static
+
+    return redirect(static("favicon.svg"), permanent=True)
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """`/` and the page after logging in: where the user's work is."""
+    if not request.user.is_authenticated:
+        return redirect("login")
+    return redirect(landing_url_name(request.user))
 
 
 class TenantListView(LoginRequiredMixin, ListView):

@@ -104,7 +104,8 @@ def test_json_logs_carry_the_request_id_and_never_a_secret(client, db, admin_use
 
     for name in django_settings.LOGGING["handlers"]["console"]["filters"]:
         handler.addFilter(import_string(django_settings.LOGGING["filters"][name]["()"])())
-    assert {type(f).__name__ for f in handler.filters} == {"RequestIdFilter", "RedactSecretsFilter"}
+    assert {type(f).__name__ for f in handler.filters} == {"RequestIdFilter", "ClientErrorFilter",
+                                                            "RedactSecretsFilter"}
     root = logging.getLogger()
     root.handlers.insert(0, handler)  # first: nothing else has touched the records it sees
     previous = root.level
@@ -133,3 +134,31 @@ def test_json_logs_carry_the_request_id_and_never_a_secret(client, db, admin_use
     records = [json.loads(line) for line in output.splitlines() if line.strip()]
     assert all("request_id" in r and "levelname" in r for r in records)
     assert any(r["request_id"] == "req-test-42" for r in records)
+
+
+def test_a_refused_request_logs_one_line_and_a_server_error_its_traceback() -> None:
+    """Django logs PermissionDenied with its traceback; the console handler keeps the line and drops the traceback
+    for client errors (4xx), and keeps it for server errors."""
+    from portal.observability import ClientErrorFilter
+
+    def record(name: str, status: int) -> logging.LogRecord:
+        try:
+            raise PermissionError("denied")
+        except PermissionError:
+            import sys
+
+            return logging.LogRecord(name, logging.WARNING, __file__, 1, "Forbidden (Permission denied): %s",
+                                     ("/audit/",), sys.exc_info())
+
+    forbidden = record("django.request", 403)
+    forbidden.status_code = 403
+    crashed = record("django.request", 500)
+    crashed.status_code = 500
+    other = record("portal.quota", 403)
+    other.status_code = 403
+    for item in (forbidden, crashed, other):
+        assert ClientErrorFilter().filter(item)
+    assert forbidden.exc_info is None
+    assert "Traceback" not in logging.Formatter().format(forbidden)
+    assert crashed.exc_info is not None
+    assert other.exc_info is not None  # only Django's request/security loggers are touched

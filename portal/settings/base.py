@@ -105,7 +105,7 @@ PORTAL_LOGIN_MAX_FAILURES = env.int("PORTAL_LOGIN_MAX_FAILURES", default=10)
 PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT = env.int("PORTAL_LOGIN_MAX_FAILURES_PER_CLIENT", default=100)
 PORTAL_LOGIN_WINDOW_SECONDS = env.int("PORTAL_LOGIN_WINDOW_SECONDS", default=900)
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "inventory:node_list"
+LOGIN_REDIRECT_URL = "home"  # each role lands where its work is (portal.views.home)
 LOGOUT_REDIRECT_URL = "login"
 
 # Notification e-mail (portal/notifications.py). The demo writes messages to files under var/mail instead.
@@ -328,13 +328,14 @@ LOGGING = {
     "filters": {
         "request_id": {"()": "portal.observability.RequestIdFilter"},
         "secrets": {"()": "portal.observability.RedactSecretsFilter"},
+        "client_errors": {"()": "portal.observability.ClientErrorFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "pythonjsonlogger.json.JsonFormatter",
                  "format": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id", "secrets"],
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id", "client_errors", "secrets"],
                              "formatter": env("PORTAL_LOG_FORMAT", default="json")}},
     "root": {"handlers": ["console"], "level": env("PORTAL_LOG_LEVEL", default="INFO")},
     "loggers": {
