@@ -264,7 +264,7 @@ def test_tenants_do_not_see_retired_or_proposed_offerings(client: Client, member
 def test_catalog_is_the_first_nav_item_and_current(client: Client, member: User, world) -> None:
     client.force_login(member)
     html = client.get(world["h100"].get_absolute_url()).content.decode()
-    nav = html[html.index('<nav class="nav">') :]
+    nav = html[html.index('id="site-nav"') :]
     first = nav[nav.index("<a ") : nav.index("</a>")]
     assert f'href="{reverse("catalog:offering_list")}"' in first
     assert 'aria-current="page"' in first
