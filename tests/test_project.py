@@ -174,3 +174,25 @@ def test_sensitive_data_groups_are_the_platform_roles() -> None:
 
     assert set(settings.PORTAL_SENSITIVE_DATA_GROUPS) == {
         Role.PLATFORM_ADMIN.value, Role.APPROVER.value, Role.SECURITY_APPROVER.value}
+
+
+def test_readme_first_screen_tells_a_newcomer_everything_and_links_only_inside_the_repository() -> None:
+    """The README names the Python the project requires, lists every demo login, and links nothing outside."""
+    import tomllib
+
+    from portal.management.commands.demo_users import DEMO_PURPOSE
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_screen = readme[: readme.index("## Layout")]
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = re.search(r">=(\d+\.\d+),<", requires)
+    assert version is not None and f"Python {version.group(1)}" in first_screen
+    missing = [login for login in DEMO_PURPOSE if f"`{login}`" not in first_screen]
+    assert not missing, f"demo logins missing from the README's first screen: {missing}"
+    for match in re.finditer(r"\]\(([^)#]+)", readme):  # markdown links
+        target = match.group(1)
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        resolved = (ROOT / target).resolve()
+        assert resolved.is_relative_to(ROOT), f"README links outside the repository: {target}"
+        assert resolved.exists(), f"README links to a missing file: {target}"
