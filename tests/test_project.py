@@ -186,7 +186,8 @@ def test_readme_first_screen_tells_a_newcomer_everything_and_links_only_inside_t
     first_screen = readme[: readme.index("## Layout")]
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     version = re.search(r">=(\d+\.\d+),<", requires)
-    assert version is not None and f"Python {version.group(1)}" in first_screen
+    assert version is not None
+    assert f"Python {version.group(1)}" in first_screen
     missing = [login for login in DEMO_PURPOSE if f"`{login}`" not in first_screen]
     assert not missing, f"demo logins missing from the README's first screen: {missing}"
     for match in re.finditer(r"\]\(([^)#]+)", readme):  # markdown links
