@@ -152,3 +152,45 @@ def test_kubeconfigs_are_encrypted_at_rest(settings) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(kubeconfig=kubeconfig)
     settings.PORTAL_FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode(), old_key]
     assert Cluster.objects.get(pk=cluster.pk).kubeconfig == kubeconfig
+
+
+def test_rendering_pages_and_lists_never_decrypts_a_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a Cluster row (a filter's choices, a node's select_related cluster, the API) decrypts nothing; only
+    code that reads `cluster.kubeconfig` (building a client) pays for, and sees, the secret."""
+    import inventory.fields
+    from inventory.models import Cluster
+    from inventory.services.clients import client_for
+    from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
+
+    real = inventory.fields._fernet
+    decryptions: list[int] = []
+
+    class Counting:
+        def __init__(self) -> None:
+            self._inner = real()
+
+        def decrypt(self, token: bytes) -> bytes:
+            decryptions.append(1)
+            return self._inner.decrypt(token)
+
+        def encrypt(self, data: bytes) -> bytes:
+            return self._inner.encrypt(data)
+
+    monkeypatch.setattr(inventory.fields, "_fernet", Counting)
+    clusters = [ClusterFactory(name=f"c{i}") for i in range(3)]
+    for cluster in clusters:
+        PodFactory(cluster=cluster, node_name=NodeFactory(cluster=cluster).name)
+    admin = make_user("ada", Role.PLATFORM_ADMIN, superuser=True)
+    client = Client()
+    client.force_login(admin)
+    decryptions.clear()
+    for url in ("/inventory/nodes/", "/inventory/pending-pods/", "/inventory/clusters/", f"/inventory/clusters/{clusters[0].pk}/",
+                "/inventory/accelerators/", "/inventory/capacity/", "/catalog/", "/api/v1/nodes/", "/api/v1/pods/",
+                "/api/v1/clusters/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert not decryptions, f"{url} decrypted {len(decryptions)} kubeconfig(s)"
+    assert [c.name for c in Cluster.objects.select_related()] and not decryptions
+
+    client_for(Cluster.objects.get(pk=clusters[0].pk))
+    assert len(decryptions) == 1  # the one place that needs the secret still gets it
