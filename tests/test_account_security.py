@@ -190,7 +190,8 @@ def test_rendering_pages_and_lists_never_decrypts_a_kubeconfig(monkeypatch: pyte
         response = client.get(url)
         assert response.status_code == 200, url
         assert not decryptions, f"{url} decrypted {len(decryptions)} kubeconfig(s)"
-    assert [c.name for c in Cluster.objects.select_related()] and not decryptions
+    assert [c.name for c in Cluster.objects.select_related()]
+    assert not decryptions
 
     client_for(Cluster.objects.get(pk=clusters[0].pk))
     assert len(decryptions) == 1  # the one place that needs the secret still gets it
