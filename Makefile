@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test prereqs venv lint check migrate worker beat run bench bench-load clean audit
+.PHONY: demo test typecheck prereqs venv lint check migrate worker beat run bench bench-load clean audit
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,10 +20,10 @@ demo: $(STAMP)
 	DJANGO_SETTINGS_MODULE=portal.settings.demo $(PY) manage.py migrate --noinput -v0
 	DJANGO_SETTINGS_MODULE=portal.settings.demo $(PY) manage.py demo
 
-# The whole suite. First the system tools it needs (scripts/test-prereqs: installs Debian's chromium and
+# The whole suite. First the system tools it needs and the type check (`make typecheck`) (scripts/test-prereqs: installs Debian's chromium and
 # docker-compose when run as root, else prints the command), then the dependency audit (exit 3 = the advisory service
 # is unreachable: said loudly, not a pass), then pytest against the machine's PostgreSQL and Redis.
-test: $(STAMP) prereqs
+test: $(STAMP) prereqs typecheck
 	@$(PY) scripts/dependency_audit.py --installed || { status=$$?; [ $$status = 3 ] && \
 	  echo "make test: continuing WITHOUT a dependency audit (the advisory service is unreachable; not a pass)" >&2 \
 	  || exit $$status; }
@@ -31,6 +31,10 @@ test: $(STAMP) prereqs
 
 prereqs:
 	@scripts/test-prereqs
+
+# mypy with django-stubs: the strict set ([tool.mypy] in pyproject.toml) must be clean; the baseline only shrinks.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

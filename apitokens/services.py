@@ -60,7 +60,7 @@ def expiry_parse(text: str, *, now: datetime) -> datetime:
 def _check_request(*, name: str, expires_at: datetime, now: datetime, rate_limit: int) -> None:
     if not name:
         raise TokenRequestError("Give the token a name (what it is for).")
-    if len(name) > ApiToken._meta.get_field("name").max_length:
+    if len(name) > (ApiToken._meta.get_field("name").max_length or 100):
         raise TokenRequestError("A token name is at most 100 characters.")
     if expires_at <= now:
         raise TokenRequestError("The expiry must be in the future.")

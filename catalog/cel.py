@@ -314,7 +314,7 @@ def _semver_order(version: Any) -> tuple[int, int, int, tuple[Any, ...]]:
 
 
 def _compare(left: Any, right: Any) -> int:
-    return (left > right) - (left < right)
+    return int(left > right) - int(left < right)
 
 
 # The function library. Impls raise ValueError for CEL errors (the binding turns exceptions into error values).
@@ -904,9 +904,9 @@ class _Analysis:
         relation = _RELATIONS[_SWAPPED[function] if swapped else function]
         # The set of compareTo results (-1, 0, 1) for which `result <op> constant` holds names a string relation.
         holds = frozenset(r for r in (-1, 0, 1) if relation(r, int(constant.const_expr.int64_value)))
-        comparison = _OPERATOR_FOR_RESULTS.get(holds)
-        if type_name and comparison:
-            self.native.append((node, comparison, type_name, compare.call_expr.target, compare.call_expr.args[0]))
+        operator = _OPERATOR_FOR_RESULTS.get(holds)
+        if type_name and operator:
+            self.native.append((node, operator, type_name, compare.call_expr.target, compare.call_expr.args[0]))
 
     def _fold(self, node: Any, function: str, args: list[Any]) -> None:
         """Remember `quantity('…')` / `semver('…'[, bool])` with literal, valid arguments for constant folding."""
@@ -1271,7 +1271,8 @@ class _Feed:
             return device.allow_multiple_allocations
         if self.root is None or self.names is None:
             return device.map_token(self.root or "", self.domain)
-        values = (device.attributes if self.root == "attributes" else device.capacity).get(self.domain, _EMPTY)
+        source = device.attributes if self.root == "attributes" else device.capacity
+        values = source.get(self.domain, _EMPTY) if self.domain is not None else _EMPTY
         return tuple([_token(values.get(name, _ABSENT)) for name in self.names])
 
 

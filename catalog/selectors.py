@@ -117,7 +117,7 @@ def offering_rows(user: Any, filters: CatalogFilters) -> tuple[list[OfferingRow]
         by_id = {v.offering.pk: v for v in verdicts}
         for row in rows:
             row.verdict = by_id[row.offering.pk]
-        rows.sort(key=lambda r: (not r.verdict.qualifies, r.offering.name))
+        rows.sort(key=lambda r: (not (r.verdict is not None and r.verdict.qualifies), r.offering.name))
     return rows, error
 
 

@@ -245,7 +245,7 @@ def _claim_spec(snapshot: ClusterSnapshot, spec: Mapping[str, Any], label: str) 
     return ClaimSpec(label=label, requests=requests, constraints=constraints)
 
 
-def _lookup(objects: Sequence[dict], namespace: str, name: str) -> dict | None:
+def _lookup(objects: Sequence[dict[str, Any]], namespace: str, name: str) -> dict[str, Any] | None:
     for obj in objects:
         meta = _dict(_dict(obj).get("metadata"))
         if meta.get("name") == name and (_str(meta.get("namespace")) or namespace) == namespace:
@@ -256,8 +256,8 @@ def _lookup(objects: Sequence[dict], namespace: str, name: str) -> dict | None:
 def resolve_claims(
     pod: Mapping[str, Any],
     snapshot: ClusterSnapshot,
-    extra_claims: Sequence[dict] = (),
-    extra_templates: Sequence[dict] = (),
+    extra_claims: Sequence[dict[str, Any]] = (),
+    extra_templates: Sequence[dict[str, Any]] = (),
 ) -> list[ClaimSpec]:
     """The pod's claims in `spec.resourceClaims` order; raises ClaimsError with the scheduler-style message."""
     metadata, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
@@ -273,7 +273,7 @@ def resolve_claims(
         pod_claim = _str(entry.get("name"))
         claim_name = _str(entry.get("resourceClaimName"))
         template_name = _str(entry.get("resourceClaimTemplateName"))
-        raw: dict | None = None
+        raw: dict[str, Any] | None = None
         if claim_name:
             raw = _lookup(extra_claims, namespace, claim_name) or snapshot.claims.get((namespace, claim_name))
             if raw is None:
@@ -417,7 +417,7 @@ class _Search:
         if request.mode == "All":
             if not candidates:
                 return False
-            picked = []
+            picked: list[int] = []
             for device in candidates:
                 if not self._add(claim_index, request, device):
                     for done in reversed(picked):
@@ -654,9 +654,9 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
                     details.extend(f"request {alternative.name}: {line}" for line in error_lines[:MAX_DEVICE_LINES])
                 if alternative.mode == "All":
                     if blocked_pools:
-                        pool = sorted(blocked_pools)[0]
+                        driver, pool_name = sorted(blocked_pools)[0]
                         summary = (f"request {alternative.name}: asks for all devices, but resource pool "
-                                   f"{pool[0]}/{pool[1]} is currently being updated")
+                                   f"{driver}/{pool_name} is currently being updated")
                         enough = False
                     else:
                         enough = bool(matching) and not blocked

@@ -379,11 +379,11 @@ def _failure(total: int, message: str, nodes: list[NodeVerdict], notes: list[str
 
 
 def explain_pod(
-    pod: dict,
+    pod: dict[str, Any],
     snapshot: ClusterSnapshot,
     *,
-    extra_claims: Sequence[dict] = (),
-    extra_claim_templates: Sequence[dict] = (),
+    extra_claims: Sequence[dict[str, Any]] = (),
+    extra_claim_templates: Sequence[dict[str, Any]] = (),
     viewer: Viewer = EVERYONE,
 ) -> Explanation:
     """Will `pod` schedule on the snapshot's nodes, and if not, why. Never raises for malformed manifests. Other

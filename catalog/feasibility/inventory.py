@@ -25,7 +25,7 @@ __all__ = ["snapshot_for_cluster"]
 CHUNK = 2000
 
 
-def _raw(queryset: Any) -> list[dict]:
+def _raw(queryset: Any) -> list[dict[str, Any]]:
     return list(queryset.values_list("raw", flat=True).iterator(chunk_size=CHUNK))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from inventory.k8s.semantics.values import as_dict
 from inventory.untrusted_text import MAX_BYTES as TEXT_MAX_BYTES
 from inventory.untrusted_text import MAX_DOCUMENTS as TEXT_MAX_DOCUMENTS
 from inventory.untrusted_text import UntrustedTextError, load_documents
@@ -81,13 +82,13 @@ def group_by_kind(objects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str,
 
 
 def _pod_from_workload(obj: dict[str, Any]) -> dict[str, Any]:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = as_dict(obj.get("spec"))
     if obj.get("kind") == "CronJob":
         spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
     template = spec.get("template") if isinstance(spec, dict) else None
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise ManifestError(f"{obj.get('kind')} without spec.template.spec")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = as_dict(obj.get("metadata"))
     pod_meta = dict(template.get("metadata") or {})
     pod_meta.setdefault("name", meta.get("name", "pod"))
     if meta.get("namespace"):
@@ -95,7 +96,7 @@ def _pod_from_workload(obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template["spec"]}
 
 
-def split_pod_manifest(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict], list[dict], list[str]]:
+def split_pod_manifest(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """(pod, claims, claim templates, notes) from a manifest; exactly one Pod or workload is required."""
     pods = [o for o in objects if o.get("kind") == "Pod"]
     workloads = [o for o in objects if o.get("kind") in _WORKLOADS]
@@ -110,7 +111,8 @@ def split_pod_manifest(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], l
     if not isinstance(pod.get("spec"), dict):
         raise ManifestError("the Pod has no spec")
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-    claims, templates = [], []
+    claims: list[dict[str, Any]] = []
+    templates: list[dict[str, Any]] = []
     for obj in objects:
         if obj.get("kind") not in ("ResourceClaim", "ResourceClaimTemplate"):
             continue

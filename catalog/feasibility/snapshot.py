@@ -326,7 +326,7 @@ def _add_pod(snapshot: ClusterSnapshot, raw: Any, notes: _Notes, unknown_nodes: 
     # the node's device plugin.
     served = pod_claim_served_resources(raw)
     requests = {resource: amount for resource, amount in requests.items() if resource not in served}
-    owner = next((o for o in _list(_dict(raw.get("metadata")).get("ownerReferences")) if _dict(o).get("controller")), {})
+    owner: dict[str, Any] = next((_dict(o) for o in _list(_dict(raw.get("metadata")).get("ownerReferences")) if _dict(o).get("controller")), {})
     claims = []
     generated = {
         _str(_dict(s).get("name")): _str(_dict(s).get("resourceClaimName"))
@@ -521,12 +521,12 @@ def _add_claims(snapshot: ClusterSnapshot, claims: Iterable[Any], notes: _Notes)
 
 def snapshot_from_objects(
     *,
-    nodes: Sequence[dict],
-    pods: Sequence[dict],
-    resource_slices: Sequence[dict] = (),
-    device_classes: Sequence[dict] = (),
-    resource_claims: Sequence[dict] = (),
-    resource_claim_templates: Sequence[dict] = (),
+    nodes: Sequence[dict[str, Any]],
+    pods: Sequence[dict[str, Any]],
+    resource_slices: Sequence[dict[str, Any]] = (),
+    device_classes: Sequence[dict[str, Any]] = (),
+    resource_claims: Sequence[dict[str, Any]] = (),
+    resource_claim_templates: Sequence[dict[str, Any]] = (),
     kubernetes_version: tuple[int, int] | None = None,
 ) -> ClusterSnapshot:
     """Index raw Kubernetes objects (`kubectl get -o json` items) for `explain_pod`. Never raises. With the
@@ -544,9 +544,9 @@ def snapshot_from_objects(
             gc.enable()
 
 
-def _build(nodes: Sequence[dict], pods: Sequence[dict], resource_slices: Sequence[dict],
-           device_classes: Sequence[dict], resource_claims: Sequence[dict],
-           resource_claim_templates: Sequence[dict]) -> ClusterSnapshot:
+def _build(nodes: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]], resource_slices: Sequence[dict[str, Any]],
+           device_classes: Sequence[dict[str, Any]], resource_claims: Sequence[dict[str, Any]],
+           resource_claim_templates: Sequence[dict[str, Any]]) -> ClusterSnapshot:
     snapshot = ClusterSnapshot()
     notes = _Notes()
     for raw in nodes or ():

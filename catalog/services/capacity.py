@@ -49,6 +49,7 @@ from django.utils import timezone
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingCapacity
 from catalog.services.matching import ClusterDevices, Match, NodeFacts, clusters_devices
 from inventory.k8s.semantics import labels_match, parse_quantity, untolerated_taints
+from inventory.k8s.semantics.values import as_dict, as_list
 from inventory.models import Cluster, Pod, ResourceClaim, ResourceClaimTemplate, ResourceQuota
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def _card_id(device: dict[str, Any]) -> str:
             return f"{device['driver']}/{device['pool']}/{consumed['counterSet']}"
     if device.get("parent"):
         return f"parent/{device['parent']}"
-    return device["key"]
+    return str(device["key"])
 
 
 @dataclass
@@ -143,8 +144,8 @@ def _figures(offering: Offering, loaded: ClusterDevices, match: Match) -> Figure
     v["free_cards"] = len(free_card_ids)
     v["granted_quota"] = None
     v["capacity_changing"] = any(
-        (node := loaded.nodes.get(name)) is not None
-        and node.labels.get(MIG_CONFIG_STATE_LABEL, "success") != "success"
+        (facts := loaded.nodes.get(name)) is not None
+        and facts.labels.get(MIG_CONFIG_STATE_LABEL, "success") != "success"
         for name in match.nodes
     )
     return Figures(v, free_card_ids)
@@ -201,8 +202,8 @@ class _PendingIndex:
                 wanted = (pod["extended_requests"] or {}).get(offering.resource_name, 0) > 0
             if not wanted:
                 continue
-            selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
-            tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+            selector = as_dict(spec.get("nodeSelector"))
+            tolerations = as_list(spec.get("tolerations"))
             if any(labels_match(n.labels, selector) and not untolerated_taints(n.taints, tolerations) for n in nodes):
                 total += 1
         return total
@@ -213,7 +214,7 @@ def _classes(spec: dict[str, Any]) -> set[str]:
     for request in (spec.get("devices") or {}).get("requests") or []:
         if not isinstance(request, dict):
             continue
-        exactly = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+        exactly = as_dict(request.get("exactly")) if isinstance(request.get("exactly"), dict) else request
         if exactly.get("deviceClassName"):
             out.add(str(exactly["deviceClassName"]))
         for sub in request.get("firstAvailable") or []:

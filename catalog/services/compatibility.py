@@ -180,10 +180,10 @@ def offering_check(offering: Offering, req: Requirement) -> Verdict:
         else:
             ok.append(f"driver ≥ {offering.driver_min}")
     if req.architecture:
-        have = offering.architecture.lower()
-        if not have:
+        architecture = offering.architecture.lower()
+        if not architecture:
             bad.append(f"does not declare its GPU architecture (needs {req.architecture})")
-        elif have.replace("-lovelace", "") != req.architecture.replace("-lovelace", ""):
+        elif architecture.replace("-lovelace", "") != req.architecture.replace("-lovelace", ""):
             bad.append(f"architecture {offering.architecture}, not {req.architecture}")
         else:
             ok.append(f"architecture {offering.architecture}")

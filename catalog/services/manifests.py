@@ -82,12 +82,14 @@ def _refresh(store: dict[int, tuple[float, Any]], cluster: Cluster, build: Any, 
 def cluster_context(cluster: Cluster) -> ValidationContext:
     """The validator's view of the cluster (namespaces, resources, classes, quotas, taints), cached like the
     snapshot: reading it for 5,000 nodes takes far longer than validating against it."""
-    return dataclasses.replace(_cached(_contexts, cluster, context_for_cluster))
+    context: ValidationContext = _cached(_contexts, cluster, context_for_cluster)
+    return dataclasses.replace(context)
 
 
 def cluster_snapshot(cluster: Cluster) -> ClusterSnapshot:
     """The cluster's scheduling snapshot (cached; see `_cached`)."""
-    return _cached(_snapshots, cluster, snapshot_for_cluster)
+    snapshot: ClusterSnapshot = _cached(_snapshots, cluster, snapshot_for_cluster)
+    return snapshot
 
 
 def snapshot_forget(cluster_id: int | None = None) -> None:

@@ -45,7 +45,7 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
     slug = str(data.get("slug") or "")
     if not re.fullmatch(r"[-a-z0-9]{1,80}", slug):
         _add(errors, "slug", "Use 1-80 lowercase letters, digits and hyphens.")
-    elif Offering.objects.filter(slug=slug).exclude(pk=getattr(instance, "pk", None)).exists():
+    elif Offering.objects.filter(slug=slug).exclude(pk__in=[instance.pk] if instance is not None else []).exists():
         _add(errors, "slug", f"An offering with slug {slug!r} already exists.")
     resource = str(data.get("resource_name") or "")
     device_class = str(data.get("device_class_name") or "")
@@ -92,7 +92,8 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         for name, value in ((low, lo), (high, hi)):
             if value and parse_version(value) is None:
                 _add(errors, name, f"{value!r} is not a version like 12.4 or 550.54.15.")
-        if lo and hi and parse_version(lo) and parse_version(hi) and parse_version(lo) > parse_version(hi):
+        lower, upper = parse_version(lo), parse_version(hi)
+        if lower is not None and upper is not None and lower > upper:
             _add(errors, high, f"The upper bound {hi} is below the lower bound {lo}.")
     cc = str(data.get("compute_capability") or "")
     if cc and not re.fullmatch(r"\d{1,2}\.\d{1,2}", cc):
@@ -133,7 +134,7 @@ def _defaults(data: dict[str, Any]) -> dict[str, Any]:
     if not out["request_sizes"]:
         out["request_sizes"] = [1, 2, 4, 8] if out.get("unit_kind") == UnitKind.WHOLE else [1]
     if not out.get("isolation") and out.get("unit_kind") in UnitKind.values:
-        out["isolation"] = DEFAULT_ISOLATION[UnitKind(out["unit_kind"])]
+        out["isolation"] = DEFAULT_ISOLATION[UnitKind(str(out["unit_kind"]))]
         if out["unit_kind"] in DRA_KINDS:
             declared = declared_sharing(str(out.get("device_class_name") or ""))
             if declared:
@@ -232,7 +233,7 @@ def offerings_retire_due(*, today: dt.date | None = None) -> int:
             offering.lifecycle = Lifecycle.RETIRED
             offering.save(update_fields=["lifecycle", "updated_at"])
             audit_record(actor=None, verb="offering.retired", target=offering,
-                         data={"retire_on": offering.retire_on.isoformat()})
+                         data={"retire_on": offering.retire_on.isoformat() if offering.retire_on else None})
             retired += 1
     return retired
 
@@ -258,7 +259,8 @@ def price_set(*, actor: Any, offering_id: int, unit_price: Any, currency: str,
     start = effective_from or now
     errors: dict[str, list[str]] = {}
     amount = _decimal(unit_price)
-    if amount is None or amount < 0 or amount.as_tuple().exponent < -4 or abs(amount) >= Decimal(10) ** 8:
+    exponent = amount.as_tuple().exponent if amount is not None else 0
+    if amount is None or not isinstance(exponent, int) or amount < 0 or exponent < -4 or abs(amount) >= Decimal(10) ** 8:
         _add(errors, "unit_price", "A non-negative amount with at most 4 decimals.")
     if not _CURRENCY.match(str(currency or "")):
         _add(errors, "currency", "A three-letter ISO 4217 code such as EUR or USD.")
@@ -273,7 +275,7 @@ def price_set(*, actor: Any, offering_id: int, unit_price: Any, currency: str,
         _add(errors, "effective_from", f"Overlaps the price period starting {later.effective_from:%Y-%m-%d %H:%M %Z} "
                                        f"({later.unit_price.normalize():f} {later.currency}); delete or end that one "
                                        "first.")
-    if errors:
+    if errors or amount is None:
         raise OfferingValidationError(errors)
     current = offering.prices.filter(effective_from__lt=start).order_by("-effective_from").first()
     closed = None

@@ -21,7 +21,7 @@ import orjson
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from inventory.errors import (
@@ -247,24 +247,24 @@ class KubernetesClusterClient:
         kubeconfig_validate(kubeconfig, context=context or "", allowed_proxies=allowed_proxies)
         configuration = k8s.Configuration()
         try:
-            k8s_config.load_kube_config_from_dict(kubeconfig, context=context or None,
-                                                  client_configuration=configuration, persist_config=False)
+            load: Any = k8s_config.load_kube_config_from_dict  # untyped in the client
+            load(kubeconfig, context=context or None, client_configuration=configuration, persist_config=False)
         except (ConfigException, KeyError, TypeError, ValueError, AttributeError) as exc:
             # The message of ConfigException never contains credentials; still keep it short.
             raise ClusterConfigError(f"invalid kubeconfig: {str(exc)[:200]}") from None
-        return cls(cls._api_client(configuration), **timeouts)
+        return cls(cls._new_api_client(configuration), **timeouts)
 
     @classmethod
     def in_cluster(cls, **timeouts: float) -> KubernetesClusterClient:
         configuration = k8s.Configuration()
         try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except ConfigException as exc:
             raise ClusterConfigError(f"not running in a cluster: {exc}") from None
-        return cls(cls._api_client(configuration), **timeouts)
+        return cls(cls._new_api_client(configuration), **timeouts)
 
     @staticmethod
-    def _api_client(configuration: Any) -> Any:
+    def _new_api_client(configuration: Any) -> Any:
         # We retry ourselves (allow-listed, honouring Retry-After); urllib3's silent retries (it sleeps on 429/503
         # by default) would hide storms and block a watcher past its lease. Must be set before the pool exists.
         configuration.retries = False

@@ -23,7 +23,7 @@ import base64
 import binascii
 import re
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from inventory.errors import ClusterConfigError
@@ -77,7 +77,7 @@ def kubeconfig_parse(text: str, *, context: str = "", allowed_proxies: Collectio
         raise ClusterConfigError(f"kubeconfig {reason}") from None
     data = documents[0] if documents else None
     kubeconfig_validate(data, context=context, allowed_proxies=allowed_proxies)
-    return data
+    return cast(dict[str, Any], data)  # kubeconfig_validate refused anything but a mapping
 
 
 def kubeconfig_validate(data: Any, *, context: str = "", allowed_proxies: Collection[str] = ()) -> None:

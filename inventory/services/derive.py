@@ -37,6 +37,7 @@ from django.utils import timezone
 from inventory.extract import parse_time
 from inventory.k8s import consumable
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
+from inventory.k8s.semantics.values import as_dict, as_list
 from inventory.models import (
     AllocationInterval,
     ChangeEvent,
@@ -207,16 +208,16 @@ def _finding(cluster_id: int, kind: str, severity: str, scope: str, subject: str
 
 def _claim_allocation_rows(cluster_id: int, claim: dict[str, Any]) -> list[ClaimAllocation]:
     raw = claim["raw"]
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-    allocation = status.get("allocation") if isinstance(status.get("allocation"), dict) else {}
-    devices = allocation.get("devices") if isinstance(allocation.get("devices"), dict) else {}
-    results = devices.get("results") if isinstance(devices.get("results"), list) else []
+    status = as_dict(raw.get("status"))
+    allocation = as_dict(status.get("allocation"))
+    devices = as_dict(allocation.get("devices"))
+    results = as_list(devices.get("results"))
     reserved = [
         {"name": str(r.get("name", "")), "uid": str(r.get("uid", "")), "resource": str(r.get("resource", ""))}
         for r in (status.get("reservedFor") or [])
         if isinstance(r, dict)
     ]
-    configs = devices.get("config") if isinstance(devices.get("config"), list) else []
+    configs = as_list(devices.get("config"))
     rows = []
     for result in results:
         if not isinstance(result, dict) or not all(isinstance(result.get(k), str) for k in ("driver", "pool", "device")):
@@ -437,13 +438,13 @@ def _dra_devices(cluster_id: int, state: _PoolState, allocations: list[ClaimAllo
     rows = []
     for device, node_name in devices:
         name = device["name"]
-        attributes = device.get("attributes") if isinstance(device.get("attributes"), dict) else {}
-        capacities = device.get("capacity") if isinstance(device.get("capacity"), dict) else {}
+        attributes = as_dict(device.get("attributes"))
+        capacities = as_dict(device.get("capacity"))
         holders = by_device.get(name, [])
         ordinary = [a for a in holders if not a.admin_access]
-        holder = (ordinary or holders or [None])[0]
+        holder = (ordinary or holders)[0] if (ordinary or holders) else None
         in_use = 1 if ordinary else 0
-        taints = device.get("taints") if isinstance(device.get("taints"), list) else []
+        taints = as_list(device.get("taints"))
         blocking = _blocking_taints(taints)
         blocked_by = ""
         if not in_use:
@@ -655,7 +656,7 @@ def _gfd_mismatches(labels: dict[str, str], devices: list[Device]) -> dict[str, 
 
 
 def _pod_bound_at(raw: dict[str, Any]) -> datetime | None:
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+    status = as_dict(raw.get("status"))
     issues: list[str] = []
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and condition.get("type") == "PodScheduled" and condition.get("status") == "True":
@@ -668,7 +669,7 @@ def _pod_bound_at(raw: dict[str, Any]) -> datetime | None:
 
 def _pod_ended_at(raw: dict[str, Any], phase: str, deleted_at: datetime | None) -> datetime | None:
     issues: list[str] = []
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+    status = as_dict(raw.get("status"))
     if phase in TERMINAL_PHASES:
         finished = []
         for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
@@ -749,8 +750,8 @@ def claim_intervals_derive(*, cluster_id: int, claim_uids: set[str] | None) -> N
         chunk_size=2000
     ):
         raw = claim["raw"]
-        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-        allocation = status.get("allocation") if isinstance(status.get("allocation"), dict) else {}
+        status = as_dict(raw.get("status"))
+        allocation = as_dict(status.get("allocation"))
         if not allocation:
             continue
         issues: list[str] = []
@@ -983,21 +984,24 @@ def scope_for_listing(kind: str) -> Scope:
 
 def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
     """Which derived rows depend on these mirrored rows (old or new versions)."""
-    scope = Scope()
+    nodes: set[str] = set()
+    pools: set[PoolKey] = set()
+    pod_uids: set[str] = set()
+    claim_uids: set[str] = set()
     for row in rows:
         if kind == "nodes":
-            scope.nodes.add(row["name"])
+            nodes.add(row["name"])
         elif kind == "pods":
             if row.get("node_name"):
-                scope.nodes.add(row["node_name"])
-            scope.pod_uids.add(row["uid"])
+                nodes.add(row["node_name"])
+            pod_uids.add(row["uid"])
         elif kind == "resourceslices":
-            scope.pools.add((row.get("driver", ""), row.get("pool_name", "")))
+            pools.add((row.get("driver", ""), row.get("pool_name", "")))
             if row.get("node_name"):
-                scope.nodes.add(row["node_name"])
+                nodes.add(row["node_name"])
         elif kind == "resourceclaims":
-            scope.claim_uids.add(row["uid"])
-    return scope
+            claim_uids.add(row["uid"])
+    return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids)
 
 SCOPE_COLUMNS = {
     "nodes": ("uid", "name"),

@@ -191,9 +191,9 @@ def pod_resources(pod: Any) -> PodResources:
     for name, value in as_dict(spec.get("overhead")).items():
         if not isinstance(name, str):
             continue
-        amount = _amount("overhead", name, value, problems)
-        if amount is not None:
-            _add(totals[0], {name: amount})
+        overhead = _amount("overhead", name, value, problems)
+        if overhead is not None:
+            _add(totals[0], {name: overhead})
             if name in totals[1]:
                 _add(totals[1], {name: amount})
     return PodResources(
