@@ -66,7 +66,7 @@ def fleet() -> None:
 
 def test_overview_then_filter_free_capacity(page: Page, live_server, fleet: None) -> None:
     log_in(page, live_server, "/inventory/accelerators/")
-    expect(page.locator("nav.nav a").nth(2)).to_have_text("Accelerators")  # after Catalog and Generate
+    expect(page.locator("nav.nav a").nth(3)).to_have_text("Accelerators")  # after Catalog, Generate and Validate
     ts_row = page.locator("table.overview tbody tr[data-mode='time-slicing']")
     expect(ts_row).to_have_count(1)
     expect(ts_row.locator("td[data-col='cards']")).to_have_text("4")
