@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
-from catalog.models import CapacitySample, Lifecycle, Offering, OfferingCapacity, OfferingPrice
+from catalog.models import CapacitySample, Offering, OfferingCapacity, OfferingPrice
 from catalog.services.capacity import fragmentation_index
 from catalog.services.compatibility import Verdict, offerings_check
 
@@ -131,5 +131,3 @@ def capacity_history(offering: Offering, *, cluster_id: int | None = None, hours
     return samples.order_by("hour", "cluster__name")
 
 
-def lifecycle_choices_for_filter() -> list[tuple[str, str]]:
-    return [(v, label) for v, label in Lifecycle.choices]

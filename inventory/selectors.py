@@ -95,10 +95,6 @@ def cluster_sync_overview(*, clusters: Iterable[Cluster]) -> list[ClusterSync]:
     return overview
 
 
-def cluster_is_listing(*, cluster_id: int) -> bool:
-    return SyncState.objects.filter(cluster_id=cluster_id, phase=SyncState.Phase.LISTING).exists()
-
-
 def node_extended_resource_names() -> list[str]:
     """Extended resource names (``vendor/name``) present in the capacity of some live node."""
     nodes = Node.objects.live().order_by()

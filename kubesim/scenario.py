@@ -225,10 +225,6 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
-def _fmt_int(n: int) -> str:
-    return str(n)
-
-
 def _fmt_quantity(value: Fraction, binary: bool) -> str:
     """A quantity as the API server prints it: 20Gi (binary capacities), 500M, 1500m, 7."""
     if value.denominator == 1:

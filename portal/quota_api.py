@@ -25,6 +25,7 @@ from portal.quota import (
     quota_request_decide,
     quota_request_reduce,
     quota_request_retry,
+    quota_request_submit,
     quota_request_withdraw,
     recent_increase,
 )
@@ -182,6 +183,12 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
         comment = DecisionInputSerializer(data=request.data)
         comment.is_valid(raise_exception=True)
         return self._act(request, quota_request_decide, approve=False, comment=comment.validated_data["comment"])
+
+    @extend_schema(request=None, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def submit(self, request: Request, pk: str) -> Response:
+        """A draft (created with `submit: false`) goes to the approvers."""
+        return self._act(request, quota_request_submit)
 
     @extend_schema(request=None, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])

@@ -299,7 +299,7 @@ EXPECTED: dict[str, dict[str, int]] = {
         "violation-detail")},
     **{f"portal-api:{name}": api(**{"*": POST_ONLY, "admin": POST_ONLY}) for name in (
         "tenant-members", "tenant-namespaces", "quota-request-approve", "quota-request-deny", "quota-request-reduce",
-        "quota-request-retry", "quota-request-withdraw", "access-request-approve", "access-request-deny",
+        "quota-request-retry", "quota-request-submit", "quota-request-withdraw", "access-request-approve", "access-request-deny",
         "access-request-withdraw", "access-request-break-glass", "grant-revoke")},
     # Chargeback: everyone (their own tenants'), tokens need chargeback:read; ?window= is required.
     "portal-api:chargeback": api("chargeback:read", **{"*": 400, "admin": 400}),

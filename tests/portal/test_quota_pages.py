@@ -115,6 +115,31 @@ def test_quota_request_api_flow_and_errors(setup, lead, approver, member) -> Non
     assert as_lead.get("/api/v1/quotas/").status_code == 200
 
 
+def test_a_draft_created_through_the_api_is_submitted_through_the_api(setup, lead, approver) -> None:
+    from rest_framework.test import APIClient
+
+    from audit.models import AuditEvent
+
+    assert setup
+    as_lead, as_approver = APIClient(), APIClient()
+    as_lead.force_authenticate(lead)
+    as_approver.force_authenticate(approver)
+    draft = as_lead.post("/api/v1/quota-requests/", {"cluster": "lab", "namespace": "train", "offering": "h100",
+                                                      "units": 2, "justification": "eval", "submit": False},
+                         format="json")
+    assert draft.json()["state"] == "draft"
+    pk = draft.json()["id"]
+    assert as_approver.post(f"/api/v1/quota-requests/{pk}/approve/", {"comment": "ok"}, format="json").status_code \
+        == 409  # a draft is not in the approvers' queue yet
+    assert as_approver.post(f"/api/v1/quota-requests/{pk}/submit/", format="json").status_code == 409  # not theirs
+    submitted = as_lead.post(f"/api/v1/quota-requests/{pk}/submit/", format="json")
+    assert submitted.status_code == 200, submitted.content
+    assert submitted.json()["state"] == "submitted"
+    assert AuditEvent.objects.filter(verb="quota_request.submitted", target_id=str(pk)).count() == 1
+    approved = as_approver.post(f"/api/v1/quota-requests/{pk}/approve/", {"comment": "ok"}, format="json")
+    assert approved.json()["state"] == "applying"
+
+
 def test_cluster_registration_is_audited_without_the_secret(db) -> None:
     from audit.models import AuditEvent
     from inventory.services.clusters import cluster_register
