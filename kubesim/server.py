@@ -766,6 +766,12 @@ class Simulator:
         self._watches: set[Handler] = set()
         self.store.load([o for o in self._load_objects(scenario, seed) if res.storage_group_served(self.api, o)])
 
+    def serve_api(self, name: str) -> None:
+        """Switch the API profile while serving (a control-plane upgrade or downgrade): the stored objects stay, the
+        served versions, discovery and /version change; objects of a group no longer served are simply not reachable."""
+        self.api = apis.profile(name)
+        self.served = res.served_types(self.api)
+
     @staticmethod
     def _scenario_api(scenario) -> str | None:
         if (isinstance(scenario, str | Path) and scenario != "empty") or isinstance(scenario, dict):
