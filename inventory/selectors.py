@@ -173,6 +173,19 @@ def dra_unavailable_reason(cluster: Cluster) -> str:
     return next((a.reason for a in map(found.availability, DRA_KINDS) if not a.served), "")
 
 
+def dra_served_version(cluster: Cluster) -> str:
+    """The resource.k8s.io version the cluster serves DRA at (v1 when unknown or unserved)."""
+    found = cluster_discovery(cluster)
+    availability = found.availability(DRA_KINDS[0]) if found is not None else None
+    return availability.version if availability is not None and availability.served else "v1"
+
+
+def dra_unavailable_clusters() -> list[tuple[Cluster, str]]:
+    """(cluster, reason) for every cluster that does not serve DRA: DRA offerings are unavailable there."""
+    clusters = Cluster.objects.defer("kubeconfig").order_by("name")
+    return [(cluster, reason) for cluster in clusters if (reason := dra_unavailable_reason(cluster))]
+
+
 def admission_policy_unavailable_reason(cluster: Cluster) -> str:
     """Why the portal's enforcement objects (ValidatingAdmissionPolicy v1) cannot be written to this cluster."""
     found = cluster_discovery(cluster)

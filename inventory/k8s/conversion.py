@@ -53,3 +53,29 @@ def dra_to_v1(obj: Any, version: str) -> Any:
                 if exact:
                     request["exactly"] = exact
     return out
+
+
+def dra_from_v1(obj: Any, version: str) -> Any:
+    """A v1 DRA object written for a cluster that serves resource.k8s.io/`version` (the generator's templates)."""
+    if version == "v1" or not isinstance(obj, dict) or not str(obj.get("apiVersion", "")).startswith(RESOURCE_GROUP):
+        return obj
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    if version != "v1beta1":
+        return out
+    if out.get("kind") == "ResourceSlice":
+        spec = out.get("spec")
+        for device in (spec.get("devices") if isinstance(spec, dict) else None) or []:
+            if isinstance(device, dict):
+                device["basic"] = {k: device.pop(k) for k in BASIC_DEVICE_FIELDS if k in device}
+    elif out.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+        for request in _requests(out):
+            if isinstance(request, dict) and isinstance(request.get("exactly"), dict):
+                request.update(request.pop("exactly"))
+    return out
+
+
+def served_dra_version(obj: Any) -> str:
+    """The resource.k8s.io version of an object ("" for other groups)."""
+    group, _, version = str(obj.get("apiVersion", "") if isinstance(obj, dict) else "").rpartition("/")
+    return version if group == RESOURCE_GROUP else ""
