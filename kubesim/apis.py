@@ -90,17 +90,28 @@ def _claim_spec_requests(obj: dict, kind: str) -> list | None:
     return requests if isinstance(requests, list) else None
 
 
+def _as_version(obj: dict, version: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    return out
+
+
+def _devices(obj: dict) -> list:
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    return devices if isinstance(devices, list) else []
+
+
 def dra_from_v1(obj: dict, version: str) -> dict:
     """A stored v1 DRA object in the shape of `version` (a copy; v1 returns the object itself)."""
     if version == "v1":
         return obj
-    out = copy.deepcopy(obj)
-    out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    out = _as_version(obj, version)
     if version != "v1beta1":
         return out
     kind = out.get("kind")
     if kind == "ResourceSlice":
-        for device in (out.get("spec") or {}).get("devices") or []:
+        for device in _devices(out):
             if isinstance(device, dict):
                 basic = {k: device.pop(k) for k in _BASIC_FIELDS if k in device}
                 device["basic"] = basic
@@ -116,13 +127,12 @@ def dra_to_v1(obj: dict) -> dict:
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     if version == "v1":
         return obj
-    out = copy.deepcopy(obj)
-    out["apiVersion"] = f"{RESOURCE_GROUP}/v1"
+    out = _as_version(obj, "v1")
     if version != "v1beta1":
         return out
     kind = out.get("kind")
     if kind == "ResourceSlice":
-        for device in (out.get("spec") or {}).get("devices") or []:
+        for device in _devices(out):
             if isinstance(device, dict) and isinstance(device.get("basic"), dict):
                 device.update(device.pop("basic"))
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):

@@ -32,17 +32,27 @@ def _requests(obj: dict[str, Any]) -> list[Any]:
     return requests if isinstance(requests, list) else []
 
 
+def _devices(obj: dict[str, Any]) -> list[Any]:
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    return devices if isinstance(devices, list) else []
+
+
+def _as_version(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    return out
+
+
 def dra_to_v1(obj: Any, version: str) -> Any:
     """`obj` as served at resource.k8s.io/`version`, in the v1 shape (a copy; v1 objects are returned as they are)."""
     if version == "v1" or not isinstance(obj, dict):
         return obj
-    out = copy.deepcopy(obj)
-    out["apiVersion"] = f"{RESOURCE_GROUP}/v1"
+    out = _as_version(obj, "v1")
     if version != "v1beta1":
         return out
     if out.get("kind") == "ResourceSlice":
-        spec = out.get("spec")
-        for device in (spec.get("devices") if isinstance(spec, dict) else None) or []:
+        for device in _devices(out):
             if isinstance(device, dict) and isinstance(device.get("basic"), dict):
                 basic = device.pop("basic")
                 device.update({k: v for k, v in basic.items() if k not in device})
@@ -59,13 +69,11 @@ def dra_from_v1(obj: Any, version: str) -> Any:
     """A v1 DRA object written for a cluster that serves resource.k8s.io/`version` (the generator's templates)."""
     if version == "v1" or not isinstance(obj, dict) or not str(obj.get("apiVersion", "")).startswith(RESOURCE_GROUP):
         return obj
-    out = copy.deepcopy(obj)
-    out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    out = _as_version(obj, version)
     if version != "v1beta1":
         return out
     if out.get("kind") == "ResourceSlice":
-        spec = out.get("spec")
-        for device in (spec.get("devices") if isinstance(spec, dict) else None) or []:
+        for device in _devices(out):
             if isinstance(device, dict):
                 device["basic"] = {k: device.pop(k) for k in BASIC_DEVICE_FIELDS if k in device}
     elif out.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
