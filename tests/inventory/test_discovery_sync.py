@@ -12,6 +12,7 @@ import yaml
 from django.conf import settings
 from django.core.management import call_command
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from inventory.leases import lease_backend
 from inventory.models import Cluster, Device, ResourceClaim, ResourceSlice, SyncState
@@ -43,7 +44,7 @@ def served(request):
 
 
 @pytest.mark.parametrize("served", [("legacy-no-dra", None)], indirect=True)
-def test_sync_once_on_a_cluster_without_dra_exits_0_and_says_what_it_skipped(served):
+def test_sync_once_on_a_cluster_without_dra_exits_0_and_says_what_it_skipped(served, platform_admin):
     _, cluster = served
     output = _sync_command(cluster.name)
     for kind in DRA_KINDS:
@@ -57,6 +58,13 @@ def test_sync_once_on_a_cluster_without_dra_exits_0_and_says_what_it_skipped(ser
     assert states["nodes"].served_version == "v1"
     cluster.refresh_from_db()
     assert cluster.server_version == "v1.31.4"
+    api = APIClient()
+    api.force_authenticate(platform_admin)
+    listed = api.get(reverse("inventory-api:cluster-detail", kwargs={"pk": cluster.pk})).json()["sync_states"]
+    by_kind = {s["kind"]: s for s in listed}
+    assert by_kind["resourceslices"]["phase"] == "unserved"
+    assert by_kind["resourceslices"]["unavailable_reason"] == "DRA not available on this cluster (Kubernetes 1.31)"
+    assert by_kind["pods"]["served_version"] == "v1"
     assert Device.objects.filter(cluster=cluster, path="device-plugin").exists()
 
 
