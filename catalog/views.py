@@ -91,6 +91,7 @@ class OfferingListView(LoginRequiredMixin, HtmxPartialMixin, TemplateView):
             selected=self.request.GET.getlist("o"),
             curator=curator,
             proposal_count=Offering.objects.proposals().count() if curator else 0,
+            dra_unavailable_clusters=dra_unavailable_clusters() if any(row.offering.is_dra for row in rows) else [],
         )
         return context
 

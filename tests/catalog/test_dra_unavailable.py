@@ -49,6 +49,8 @@ def test_dra_features_unavailable_without_dra(scenario, client, member):
         detail = client.get(reverse("catalog:offering_detail", args=["l40s"]))
         assert detail.status_code == 200
         assert f"Unavailable on cluster {scenario}: {NO_DRA}" in detail.content.decode()
+        listing = client.get(reverse("catalog:offering_list")).content.decode()
+        assert f"DRA offerings are unavailable on cluster {scenario}: {NO_DRA}" in listing
         generated = _generate(client, cluster)
         assert generated.status_code == 200
         body = generated.content.decode()
@@ -68,6 +70,7 @@ def test_dra_features_work_on_beta_and_eventless_clusters(scenario, client, memb
         client.force_login(member)
         detail = client.get(reverse("catalog:offering_detail", args=["l40s"])).content.decode()
         assert "Unavailable on cluster" not in detail
+        assert "unavailable on cluster" not in client.get(reverse("catalog:offering_list")).content.decode()
         body = _generate(client, cluster).content.decode()
         assert f"apiVersion: resource.k8s.io/{sim.api.resource_versions[0]}" in body
         assert "schema-not-found" not in body  # written in the version the cluster serves
