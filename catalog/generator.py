@@ -27,6 +27,7 @@ from catalog.errors import CatalogError
 from catalog.models import Lifecycle, Offering, UnitKind
 from catalog.sharing import not_additive_message, refused_message
 from catalog.versions import parse_version
+from inventory.k8s.conversion import dra_from_v1
 from inventory.k8s.semantics import is_dns_label, parse_quantity
 
 SHAPES = {
@@ -74,6 +75,7 @@ class WorkloadSpec:
     parallelism: int = 1
     device_driver: str = "gpu.nvidia.com"   # the DRA driver whose attributes the requirement selectors read
     extended_resource_name: str = ""        # a DRA class's extendedResourceName, if any
+    dra_version: str = "v1"                 # the resource.k8s.io version the target cluster serves (v1beta1 on 1.32)
 
 
 @dataclass
@@ -261,7 +263,7 @@ def generate(spec: WorkloadSpec) -> Generated:
         template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {**meta, "name": f"{spec.name}-accelerators"},
                     "spec": {"spec": _claim_spec(spec)}}
-        documents.append((template, [
+        documents.append((dra_from_v1(template, spec.dra_version), [
             f"One claim per pod for {spec.count} x {offering.name} ({offering.get_unit_kind_display()}).",
             f"DeviceClass {offering.device_class_name}; selectors narrow it to this offering"
             + (" and your requirements." if requirement_selectors(spec) else "."),
@@ -270,7 +272,7 @@ def generate(spec: WorkloadSpec) -> Generated:
     elif spec.shape == "claim-pod":
         claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                  "metadata": {**meta, "name": f"{spec.name}-shared"}, "spec": _claim_spec(spec)}
-        documents.append((claim, [
+        documents.append((dra_from_v1(claim, spec.dra_version), [
             f"A shared claim: every pod that names it uses the same {spec.count} x {offering.name}.",
             "Sharing stays inside this namespace; the devices are held until the claim is deleted.",
         ]))

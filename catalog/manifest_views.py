@@ -14,7 +14,9 @@ from catalog.forms import GeneratorForm, ValidateForm
 from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate, parse_command
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
+from inventory.k8s.conversion import dra_to_v1, served_dra_version
 from inventory.models import Cluster, Pod
+from inventory.selectors import dra_served_version, dra_unavailable_reason
 
 
 def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
@@ -35,6 +37,7 @@ def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
         memory=data["memory"], min_memory_gib=data.get("min_memory_gib"), architecture=data.get("architecture") or "",
         cuda=data.get("cuda") or "", compute_capability=data.get("compute_capability") or "",
         device_driver=facts.driver, extended_resource_name=facts.extended_resource_name,
+        dra_version=dra_served_version(cluster) if cluster is not None else "v1",
     )
     if errors:  # report these together with the generator's own checks
         try:
@@ -60,10 +63,13 @@ def generator_result(form: GeneratorForm, user: Any) -> dict[str, Any]:
     report = manifest_validate(text=generated.yaml, cluster=cluster, user=user,
                                dry_run=form.cleaned_data.get("dry_run", False))
     result = {"form": form, "generated": generated, "spec": spec, "filename": f"{spec.name}.yaml", "report": report}
-    if cluster is not None:
+    reason = dra_unavailable_reason(cluster) if cluster is not None and spec.offering.is_dra else ""
+    if reason:  # the template is still shown (for another cluster); this cluster cannot run it
+        result["unavailable"] = f"DRA templates are unavailable on this cluster: {reason}"
+    elif cluster is not None:
         pod, claims, templates, _ = split_pod_manifest(generated.documents)
-        result.update(explanation_context(pod_explain(pod=pod, cluster=cluster, user=user,
-                                                      claims=[*claims, *templates])))
+        claims = [dra_to_v1(c, served_dra_version(c)) for c in [*claims, *templates]]  # the explainer reads v1
+        result.update(explanation_context(pod_explain(pod=pod, cluster=cluster, user=user, claims=claims)))
     return result
 
 
@@ -139,5 +145,9 @@ class PodExplainView(LoginRequiredMixin, View):
         pod = get_object_or_404(Pod.objects.live().visible_to(request.user).select_related("cluster"), pk=pk)
         # Listed items carry no apiVersion/kind; the status is the scheduler's, not an input.
         manifest = {"apiVersion": "v1", "kind": "Pod", **{k: v for k, v in pod.raw.items() if k != "status"}}
+        reason = dra_unavailable_reason(pod.cluster) if pod.claim_names else ""
+        if reason:
+            return render(request, "catalog/_pod_explanation.html",
+                          {"pod": pod, "unavailable": f"Claim explanations are unavailable on this cluster: {reason}"})
         explanation = pod_explain(pod=manifest, cluster=pod.cluster, user=request.user)
         return render(request, "catalog/_pod_explanation.html", {"pod": pod, **explanation_context(explanation)})

@@ -39,6 +39,7 @@ from catalog.services.offerings import (
     price_set,
 )
 from inventory.models import DeviceClass
+from inventory.selectors import dra_unavailable_clusters
 from inventory.views import HtmxPartialMixin
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class OfferingListView(LoginRequiredMixin, HtmxPartialMixin, TemplateView):
             selected=self.request.GET.getlist("o"),
             curator=curator,
             proposal_count=Offering.objects.proposals().count() if curator else 0,
+            dra_unavailable_clusters=dra_unavailable_clusters() if any(row.offering.is_dra for row in rows) else [],
         )
         return context
 
@@ -260,6 +262,7 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
             declared_sharing=declared_sharing(offering.device_class_name) if offering.is_dra else [],
             isolation_problem=isolation_problem(offering.device_class_name, offering.isolation)
             if offering.is_dra else "",
+            unavailable_clusters=dra_unavailable_clusters() if offering.is_dra else [],
         )
         if not (self.request.htmx and not self.request.htmx.boosted):
             context["snippets"] = request_snippets(offering)

@@ -256,8 +256,10 @@ TOP_LEVEL = {"events": EVENT_TOP_LEVEL, "configmaps": KNOWN_TOP_LEVEL | {"data",
 NEEDS_STATUS = {"nodes", "pods"}
 
 
-def extract_row(kind: str, obj: Any) -> dict[str, Any]:
-    """Column values for one object. Raises UnstorableObjectError only when the object cannot be keyed."""
+def extract_row(kind: str, obj: Any, served: Any = None) -> dict[str, Any]:
+    """Column values for one object. Raises UnstorableObjectError only when the object cannot be keyed.
+
+    `served`: the object as the cluster sent it when `obj` is its conversion to v1 (kept in `served_raw`)."""
     if not isinstance(obj, dict):
         raise UnstorableObjectError(f"not an object: {type(obj).__name__}")
     metadata = _dict(obj.get("metadata"))
@@ -295,4 +297,5 @@ def extract_row(kind: str, obj: Any) -> dict[str, Any]:
         "k8s_created_at": parse_time(metadata.get("creationTimestamp"), issues, "metadata.creationTimestamp"),
         "issues": issues,
         **columns,
+        **({"served_raw": _strip_nul(served)} if served is not None else {}),
     }

@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from inventory.k8s.discovery import DRA_KINDS, VAP_KINDS, ApiDiscovery
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.kinds import MODELS, SYNCED_KINDS
 from inventory.models import Cluster, Node, Pod, SyncState
@@ -150,3 +151,62 @@ def node_resources(node: Node, *, extended_only: bool) -> list[ResourceLine]:
 def node_pods(*, node: Node) -> QuerySet[Pod]:
     """Live pods bound to the node (same cluster, spec.nodeName = node name)."""
     return Pod.objects.live().filter(cluster_id=node.cluster_id, node_name=node.name).order_by("namespace", "name")
+
+
+# ----------------------------------------------------------------------------------------------- capabilities
+# What a cluster serves decides which features work there (docs/clusters.md): DRA features need resource.k8s.io,
+# the portal's enforcement objects need ValidatingAdmissionPolicy v1.
+def cluster_discovery(cluster: Cluster) -> ApiDiscovery | None:
+    """What the cluster was last seen to serve (None before its first sync)."""
+    return ApiDiscovery.from_json(cluster.api_discovery)
+
+
+def dra_unavailable_reason(cluster: Cluster) -> str:
+    """Why DRA features cannot be used on this cluster ("" when they can, or before discovery ran)."""
+    found = cluster_discovery(cluster)
+    if found is None:
+        return ""
+    return next((a.reason for a in map(found.availability, DRA_KINDS) if not a.served), "")
+
+
+def dra_served_version(cluster: Cluster) -> str:
+    """The resource.k8s.io version the cluster serves DRA at (v1 when unknown or unserved)."""
+    found = cluster_discovery(cluster)
+    availability = found.availability(DRA_KINDS[0]) if found is not None else None
+    return availability.version if availability is not None and availability.served else "v1"
+
+
+def dra_unavailable_clusters() -> list[tuple[Cluster, str]]:
+    """(cluster, reason) for every cluster that does not serve DRA: DRA offerings are unavailable there."""
+    clusters = Cluster.objects.defer("kubeconfig").order_by("name")
+    return [(cluster, reason) for cluster in clusters if (reason := dra_unavailable_reason(cluster))]
+
+
+def admission_policy_unavailable_reason(cluster: Cluster) -> str:
+    """Why the portal's enforcement objects (ValidatingAdmissionPolicy v1) cannot be written to this cluster."""
+    found = cluster_discovery(cluster)
+    if found is None:
+        return ""
+    return next((a.reason for a in map(found.availability, VAP_KINDS) if not a.served), "")
+
+
+def cluster_capabilities(cluster: Cluster) -> list[dict[str, str]]:
+    """One line per capability for the cluster page: what is synced at which version, what is not and why."""
+    found = cluster_discovery(cluster)
+    if found is None:
+        return []
+    lines: list[dict[str, str]] = []
+    dra = [found.availability(k) for k in DRA_KINDS]
+    if not all(a.served for a in dra):
+        lines.append({"feature": "DRA", "state": "unavailable", "text": dra_unavailable_reason(cluster)})
+    else:
+        notes = [a.note for a in dra if a.note]
+        lines.append({"feature": "DRA", "state": "converted" if notes else "available",
+                      "text": "; ".join(notes) if notes else "resource.k8s.io/v1"})
+    vap = admission_policy_unavailable_reason(cluster)
+    lines.append({"feature": "Admission policies", "state": "unavailable" if vap else "available",
+                  "text": vap or "admissionregistration.k8s.io/v1"})
+    events = found.events_api()
+    lines.append({"feature": "Events", "state": "converted" if events else "available",
+                  "text": events or "core/v1 (events.k8s.io/v1 also served)"})
+    return lines

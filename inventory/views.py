@@ -16,7 +16,7 @@ from django_htmx.http import HttpResponseStopPolling
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node, SyncIssue
 from inventory.redaction import holder_rule
-from inventory.selectors import cluster_sync_overview, node_pods, node_resources
+from inventory.selectors import cluster_capabilities, cluster_sync_overview, node_pods, node_resources
 
 RECENT_ISSUES = 20
 NODE_PODS_SHOWN = 500
@@ -58,6 +58,7 @@ class ClusterDetailView(LoginRequiredMixin, DetailView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["sync"] = cluster_sync_overview(clusters=[self.object])[0]
+        context["capabilities"] = cluster_capabilities(self.object)
         context["issues"] = SyncIssue.objects.filter(cluster=self.object)[:RECENT_ISSUES]
         return context
 

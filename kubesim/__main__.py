@@ -7,12 +7,16 @@ import signal
 import sys
 import threading
 
+from .apis import PROFILES
 from .server import Simulator
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kubesim", description="Kubernetes API simulator")
-    parser.add_argument("--scenario", default="demo", help="scenario name (demo, large, empty, upstream, sharing) or YAML path")
+    parser.add_argument("--scenario", default="demo", help="scenario name (demo, large, empty, upstream, sharing, ...) or YAML path")
+    parser.add_argument(
+        "--api", default=None, choices=sorted(PROFILES), help="API profile (default: the scenario's apiServer, else current)"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6443)
     parser.add_argument("--seed", type=int, default=0)
@@ -22,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sim = Simulator(
-        scenario=args.scenario, host=args.host, port=args.port, seed=args.seed, history_limit=args.history_limit
+        scenario=args.scenario, host=args.host, port=args.port, seed=args.seed, history_limit=args.history_limit,
+        api=args.api,
     ).start()
     stop = threading.Event()
 
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.churn > 0:
         sim.churn.start(rate_per_second=args.churn, seed=args.seed)
     counts = ", ".join(f"{p}={sim.store.count(p)}" for p in ("nodes", "pods", "resourceslices", "resourceclaims"))
-    sys.stdout.write(f"kubesim serving {sim.url} ({counts})\n")
+    sys.stdout.write(f"kubesim serving {sim.url} as Kubernetes {sim.api.git_version} ({sim.api.name}; {counts})\n")
     sys.stdout.flush()
     try:
         while not stop.wait(0.5):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from .apis import ADMISSION_GROUP, EVENTS_GROUP, RESOURCE_GROUP, ApiProfile, profile
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-RESOURCE_GROUP = "resource.k8s.io"
-ADMISSION_GROUP = "admissionregistration.k8s.io"
-API_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP)  # served named groups (all at v1), in discovery order
 INTEGER_COLUMNS = frozenset({"pod_restarts", "cm_data", "vap_validations"})
 
 
@@ -177,6 +176,26 @@ RESOURCES: dict[str, ResourceType] = {
 }
 
 BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCES.values()}
+# events.k8s.io/v1 Event: a view of the stored core/v1 Events (same store key "events"), in the new field names
+EVENTS_V1 = replace(RESOURCES["events"], group=EVENTS_GROUP)
+
+
+def served_types(api: ApiProfile) -> dict[tuple[str, str], dict[str, ResourceType]]:
+    """(group, version) → plural → type, for every group version the profile serves (core first)."""
+    served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): by_group_version("", "v1")}
+    for group, versions in api.group_versions().items():
+        for version in versions:
+            if group == EVENTS_GROUP:
+                served[(group, version)] = {"events": EVENTS_V1}
+            else:
+                served[(group, version)] = {p: replace(r, version=version) for p, r in by_group_version(group, "v1").items()}
+    return served
+
+
+def storage_group_served(api: ApiProfile, obj: dict) -> bool:
+    """Whether the profile serves the kind of a stored object at all (objects of other kinds are not loaded)."""
+    rt = for_object(obj)
+    return rt is None or not rt.group or rt.group in api.group_versions()
 KIND_ORDER = [
     "namespaces",
     "configmaps",
@@ -202,11 +221,12 @@ def for_object(obj: dict) -> ResourceType | None:
 
 
 # ----------------------------------------------------------------------------------------------- discovery
-def version_doc() -> dict:
+def version_doc(api: ApiProfile | None = None) -> dict:
+    api = api or profile(None)
     return {
         "major": "1",
-        "minor": "35",
-        "gitVersion": "v1.35.0",
+        "minor": api.minor,
+        "gitVersion": api.git_version,
         "gitCommit": "kubesim",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
@@ -224,22 +244,23 @@ def api_versions_doc() -> dict:
     }
 
 
-def _group_doc(group: str) -> dict:
-    gv = {"groupVersion": f"{group}/v1", "version": "v1"}
-    return {"name": group, "versions": [gv], "preferredVersion": gv}
+def _group_doc(group: str, versions: tuple[str, ...]) -> dict:
+    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
 
 
-def api_group_list_doc() -> dict:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc(g) for g in API_GROUPS]}
+def api_group_list_doc(api: ApiProfile | None = None) -> dict:
+    groups = (api or profile(None)).group_versions()
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc(g, v) for g, v in groups.items()]}
 
 
-def api_group_doc(group: str = RESOURCE_GROUP) -> dict:
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group)}
+def api_group_doc(group: str = RESOURCE_GROUP, api: ApiProfile | None = None) -> dict:
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group, (api or profile(None)).group_versions()[group])}
 
 
-def resource_list_doc(group: str, version: str) -> dict:
+def resource_list_doc(group: str, version: str, api: ApiProfile | None = None) -> dict:
     resources = []
-    for r in by_group_version(group, version).values():
+    for r in served_types(api or profile(None)).get((group, version), {}).values():
         entry = {
             "name": r.plural,
             "singularName": r.singular,
@@ -458,28 +479,28 @@ def _gv_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-def openapi_v3_root() -> dict:
+def openapi_v3_root(api: ApiProfile | None = None) -> dict:
     paths = {}
-    for group in ("", *API_GROUPS):
-        p = _gv_path(group, "v1")
+    for group, version in served_types(api or profile(None)):
+        p = _gv_path(group, version)
         paths[p] = {"serverRelativeURL": f"/openapi/v3/{p}?hash=kubesim"}
     return {"paths": paths}
 
 
-def openapi_v3_doc(gv_path: str) -> dict | None:
+def openapi_v3_doc(gv_path: str, api: ApiProfile | None = None) -> dict | None:
     """A minimal OpenAPI v3 document: enough for kubectl's query-parameter (fieldValidation/dryRun) checks."""
-    group = ""
-    if gv_path.startswith("apis/"):
-        group = gv_path.split("/")[1]
-    if gv_path not in {_gv_path(g, "v1") for g in ("", *API_GROUPS)}:
+    served = served_types(api or profile(None))
+    found = [gv for gv in served if _gv_path(*gv) == gv_path]
+    if not found:
         return None
+    group, version = found[0]
     params = [
         {"name": n, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
         for n in ("dryRun", "fieldManager", "fieldValidation", "force", "pretty")
     ]
     paths: dict = {}
     schemas: dict = {}
-    for rt in by_group_version(group, "v1").values():
+    for rt in served[(group, version)].values():
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
         base = f"/{gv_path}/" + ("namespaces/{namespace}/" if rt.namespaced else "") + rt.plural + "/{name}"
         schema_name = f"io.k8s.kubesim.{rt.group or 'core'}.{rt.version}.{rt.kind}"
@@ -503,7 +524,7 @@ def openapi_v3_doc(gv_path: str) -> dict | None:
         }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.35.0"},
+        "info": {"title": "Kubernetes", "version": (api or profile(None)).git_version},
         "paths": paths,
         "components": {"schemas": schemas},
     }

@@ -22,10 +22,23 @@ from typing import Any
 
 import yaml
 
-__all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity"]
+from .apis import PROFILES
+
+__all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity", "scenario_api_profile"]
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
-BUILTIN_SCENARIOS = ("demo", "large", "empty", "upstream", "sharing", "dra-sharing")
+BUILTIN_SCENARIOS = (
+    "demo",
+    "large",
+    "empty",
+    "upstream",
+    "sharing",
+    "dra-sharing",
+    "legacy-no-dra",
+    "legacy-dra-v1beta1",
+    "legacy-dra-v1beta2",
+    "legacy-no-events",
+)
 EPOCH = datetime(2026, 1, 15, 8, 0, 0, tzinfo=UTC)
 DRIVER = "gpu.nvidia.com"
 POOL_LABEL = "kubesim.io/node-pool"
@@ -2548,6 +2561,7 @@ class _Builder:
                 "name",
                 "description",
                 "kubernetesVersion",
+                "apiServer",
                 "schedulerTaintMessage",
                 "nodePools",
                 "deviceClasses",
@@ -2561,6 +2575,7 @@ class _Builder:
             },
             "scenario",
         )
+        scenario_api_profile(self.spec)
         raw = self.raw_objects()
         namespaces = self.build_namespaces()
         configmaps = self.build_configmaps()
@@ -2637,6 +2652,17 @@ def _read(source: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def scenario_api_profile(source: str | Path | dict) -> str | None:
+    """The scenario's `apiServer` (an API profile of kubesim.apis), or None for the default."""
+    spec = source if isinstance(source, dict) else _read(source)
+    value = spec.get("apiServer") if isinstance(spec, dict) else None
+    if value is None:
+        return None
+    if value not in PROFILES:
+        raise ScenarioError(f"apiServer: {value!r} is not one of {', '.join(PROFILES)}")
+    return str(value)
 
 
 def load_scenario(source: str | Path | dict = "demo", seed: int = 0) -> list[dict]:

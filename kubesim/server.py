@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import yaml
 
+from . import apis
 from . import patch as patchmod
 from . import resources as res
 from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
@@ -260,12 +261,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _route(self, parts: list[str]) -> _Route | None:
         if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
-            group, rest = "", parts[2:]
-        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] in res.API_GROUPS and parts[2] == "v1":
-            group, rest = parts[1], parts[3:]
+            kinds, rest = self.sim.served[("", "v1")], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis" and (parts[1], parts[2]) in self.sim.served:
+            kinds, rest = self.sim.served[(parts[1], parts[2])], parts[3:]
         else:
             return None
-        kinds = res.by_group_version(group, "v1")
         namespace = None
         if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] != "status":
             namespace, rest = rest[1], rest[2:]
@@ -318,27 +318,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.close_connection = True
 
     def _discovery(self, path: str) -> bool:
+        api = self.sim.api
         docs = {
-            "/version": res.version_doc,
+            "/version": functools.partial(res.version_doc, api),
             "/api": res.api_versions_doc,
-            "/apis": res.api_group_list_doc,
-            "/api/v1": lambda: res.resource_list_doc("", "v1"),
+            "/apis": functools.partial(res.api_group_list_doc, api),
+            "/api/v1": functools.partial(res.resource_list_doc, "", "v1", api),
             "/healthz": None,
             "/readyz": None,
             "/livez": None,
         }
         if path == "/openapi/v3":
-            self._send_json(200, res.openapi_v3_root())
+            self._send_json(200, res.openapi_v3_root(api))
             return True
         if path.startswith("/openapi/v3/"):
-            doc = res.openapi_v3_doc(path[len("/openapi/v3/") :])
+            doc = res.openapi_v3_doc(path[len("/openapi/v3/") :], api)
             if doc is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, doc)
             return True
-        for group in res.API_GROUPS:
-            docs[f"/apis/{group}"] = functools.partial(res.api_group_doc, group)
-            docs[f"/apis/{group}/v1"] = functools.partial(res.resource_list_doc, group, "v1")
+        for group, versions in api.group_versions().items():
+            docs[f"/apis/{group}"] = functools.partial(res.api_group_doc, group, api)
+            for version in versions:
+                docs[f"/apis/{group}/{version}"] = functools.partial(res.resource_list_doc, group, version, api)
         if path not in docs:
             return False
         fn = docs[path]
@@ -347,6 +349,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send_json(200, fn())
         return True
+
+    # ------------------------------------------------------------------ served versions
+    @staticmethod
+    def _converts(r: _Route) -> bool:
+        return apis.converts(r.rt.group, r.rt.version)
+
+    def _served(self, r: _Route, obj: dict) -> dict:
+        """A stored object in the shape of the route's group version."""
+        return apis.to_served(r.rt.group, r.rt.version, obj) if self._converts(r) else obj
+
+    def _stored(self, r: _Route, obj: dict) -> dict:
+        """A written object (route's group version) in the storage shape."""
+        return apis.to_storage(r.rt.group, obj) if self._converts(r) else obj
+
+    def _full(self, r: _Route, so) -> bytes:
+        return orjson.dumps(self._served(r, so.obj)) if self._converts(r) else so.full
 
     # ------------------------------------------------------------------ verbs
     def _handle(self, method: str, r: _Route, q: dict, body: bytes):
@@ -367,7 +385,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
                 )
             else:
-                self._send(200, so.full)
+                self._send(200, self._full(r, so))
             return
         if method == "POST":
             if r.name is not None:
@@ -380,9 +398,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 obj = _parse_body(body)
             self._fix_namespace(r, obj)
             admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
-            obj = patchmod.record_update(None, obj, self._manager(q), r.rt.api_version)
+            obj = patchmod.record_update(None, self._stored(r, obj), self._manager(q), r.rt.api_version)
             out = store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
-            self._send_json(201, out)
+            self._send_json(201, self._served(r, out))
             return
         if method == "PUT":
             if r.name is None:
@@ -395,6 +413,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._fix_namespace(r, obj)
             if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
                 raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            obj = self._stored(r, obj)
             with store.lock:
                 cur = store.get_stored(r.rt.plural, r.namespace, r.name)
                 if cur is None:
@@ -411,7 +430,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 )
                 admit = self._admit(r, "UPDATE", r.name, dry_run)
                 out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
-            self._send_json(200, out)
+            self._send_json(200, self._served(r, out))
             return
         if method == "PATCH":
             if r.name is None:
@@ -435,12 +454,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         "kind": r.rt.list_kind,
                         "apiVersion": r.rt.api_version,
                         "metadata": {"resourceVersion": str(store.resource_version)},
-                        "items": deleted,
+                        "items": [self._served(r, o) for o in deleted],
                     },
                 )
                 return
             out = store.delete(r.rt.plural, r.namespace, r.name, dry_run=dry_run)
-            self._send_json(200, out)
+            self._send_json(200, self._served(r, out))
             return
         raise ApiError(405, "MethodNotAllowed", "method not allowed")
 
@@ -507,23 +526,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
                             raise not_found(r.rt.plural, r.name)
                         new = patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
                         admit = self._admit(r, "CREATE", r.name, dry_run)
-                        out = store.create(r.rt.plural, new, dry_run=dry_run, admit=admit)
-                        self._send_json(201, out)
+                        out = store.create(r.rt.plural, self._stored(r, new), dry_run=dry_run, admit=admit)
+                        self._send_json(201, self._served(r, out))
                         return
-                    new = patchmod.server_side_apply(cur.obj, doc, manager, force, r.rt.api_version, r.subresource)
+                    new = patchmod.server_side_apply(
+                        self._served(r, cur.obj), doc, manager, force, r.rt.api_version, r.subresource
+                    )
                 else:
                     if cur is None:
                         raise not_found(r.rt.plural, r.name)
                     if ptype == "merge":
                         if not isinstance(doc, dict):
                             raise ApiError(400, "BadRequest", "merge patch must be an object")
-                        new = patchmod.merge_patch(cur.obj, doc)
+                        new = patchmod.merge_patch(self._served(r, cur.obj), doc)
                     elif ptype == "strategic":
                         if not isinstance(doc, dict):
                             raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
-                        new = patchmod.strategic_merge_patch(cur.obj, doc)
+                        new = patchmod.strategic_merge_patch(self._served(r, cur.obj), doc)
                     else:
-                        new = patchmod.json_patch(cur.obj, doc)
+                        new = patchmod.json_patch(self._served(r, cur.obj), doc)
                     if not isinstance(new, dict):
                         raise ApiError(422, "Invalid", "patched object is not an object")
                     meta = new.get("metadata")
@@ -534,6 +555,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         meta["resourceVersion"] = str(cur.rv)
                     new = patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
                 admit = self._admit(r, "UPDATE", r.name, dry_run)
+                new = self._stored(r, new) if isinstance(new, dict) else new
                 out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource, admit=admit)
         except patchmod.ApplyConflictError as e:
             causes = [
@@ -543,7 +565,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(409, "Conflict", str(e), {"causes": causes}) from e
         except patchmod.PatchError as e:
             raise ApiError(e.code, e.reason, str(e)) from e
-        self._send_json(200, out)
+        self._send_json(200, self._served(r, out))
 
     def _wants_table(self) -> bool:
         accept = self.headers.get("Accept") or ""
@@ -579,7 +601,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 b'","metadata":',
                 orjson.dumps(meta),
                 b',"items":[',
-                b",".join([so.item for so in items]),
+                b",".join([self._full(r, so) for so in items] if self._converts(r) else [so.item for so in items]),
                 b"]}",
             ]
         )
@@ -645,7 +667,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if table:
                 obj = orjson.dumps(res.table(r.rt, [so.obj], include, {"resourceVersion": str(so.rv)}))
             else:
-                obj = so.full
+                obj = self._full(r, so)
             return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
 
         def bookmark(rv_now: int) -> bytes:
@@ -718,8 +740,17 @@ class Simulator:
     """A fake Kubernetes API server backed by an in-memory store."""
 
     def __init__(
-        self, scenario="demo", host: str = "127.0.0.1", port: int = 0, seed: int = 0, history_limit: int = 100_000
+        self,
+        scenario="demo",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int = 0,
+        history_limit: int = 100_000,
+        api: str | None = None,
     ):
+        """`api`: the API profile (kubesim.apis.PROFILES); by default the scenario's `apiServer`, else `current`."""
+        self.api = apis.profile(api or self._scenario_api(scenario))
+        self.served = res.served_types(self.api)
         self.host = host
         self.port = port
         self.seed = seed
@@ -733,7 +764,21 @@ class Simulator:
         self._conn_lock = threading.Lock()
         self._conns: set[Handler] = set()
         self._watches: set[Handler] = set()
-        self.store.load(self._load_objects(scenario, seed))
+        self.store.load([o for o in self._load_objects(scenario, seed) if res.storage_group_served(self.api, o)])
+
+    def serve_api(self, name: str) -> None:
+        """Switch the API profile while serving (a control-plane upgrade or downgrade): the stored objects stay, the
+        served versions, discovery and /version change; objects of a group no longer served are simply not reachable."""
+        self.api = apis.profile(name)
+        self.served = res.served_types(self.api)
+
+    @staticmethod
+    def _scenario_api(scenario) -> str | None:
+        if (isinstance(scenario, str | Path) and scenario != "empty") or isinstance(scenario, dict):
+            from .scenario import scenario_api_profile
+
+            return scenario_api_profile(scenario)
+        return None
 
     @staticmethod
     def _load_objects(scenario, seed: int) -> list[dict]:

@@ -23,6 +23,8 @@ from django.utils import timezone
 from audit.services import audit_record
 from inventory.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import is_dns_subdomain
+from inventory.models import Cluster
+from inventory.selectors import admission_policy_unavailable_reason, dra_unavailable_reason
 from portal.models import (
     EXCEPTION_KEY_MAX,
     AccessKind,
@@ -107,6 +109,21 @@ def _validate_window(policy: AccessPolicy, window: Any) -> dt.timedelta:
     return window
 
 
+def _check_cluster_serves(kind: str, cluster_id: int) -> None:
+    """An exception the cluster cannot enforce is refused with the reason: a privileged exception is an entry of the
+    portal's ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.30+), adminAccess is a DRA
+    feature (resource.k8s.io)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).only("api_discovery").first()
+    if cluster is None:
+        raise AccessError("Unknown cluster.")
+    if kind == AccessKind.PRIVILEGED:
+        reason = admission_policy_unavailable_reason(cluster)
+    else:
+        reason = dra_unavailable_reason(cluster)
+    if reason:
+        raise AccessError(f"{AccessKind(kind).label} is unavailable on this cluster: {reason}.")
+
+
 def _owner(cluster_id: int, namespace: str) -> TenantNamespace:
     owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).select_related("tenant").first()
     if owner is None:
@@ -128,6 +145,7 @@ def access_request_create(*, actor: Any, kind: str, cluster_id: int, namespace: 
     """A tenant member asks for an exception in one of the tenant's namespaces."""
     if kind not in AccessKind.values:
         raise AccessError(f"Unknown kind of exception {kind!r}.")
+    _check_cluster_serves(kind, cluster_id)
     owner = _owner(cluster_id, namespace)
     if not TenantMembership.objects.filter(tenant=owner.tenant, user=actor).exists():
         raise AccessError(f"Only members of {owner.tenant.name} may request exceptions for {namespace}.")
@@ -208,6 +226,8 @@ def _review(actor: Any, request_id: int, approve: bool, comment: str, now: dt.da
     before = _request_snapshot(request)
     AccessReview.objects.create(request=request, reviewer=actor, decision=decision, comment=(comment or "")[:4000])
     approvals = request.reviews.filter(decision=AccessReview.Decision.APPROVE).count()
+    if approve:  # the cluster may have been downgraded (or first discovered) since the request was made
+        _check_cluster_serves(request.kind, request.cluster_id)
     grant = None
     if not approve:
         request.state = RequestState.DENIED
@@ -297,6 +317,7 @@ def break_glass_grant(*, actor: Any, kind: str, cluster_id: int, namespace: str,
         raise AccessError("Only platform admins may break the glass.")
     if kind not in AccessKind.values:
         raise AccessError(f"Unknown kind of exception {kind!r}.")
+    _check_cluster_serves(kind, cluster_id)
     owner = _owner(cluster_id, namespace)
     service_account, workload = _validate_scope(kind, namespace, service_account, workload)
     policy = access_policy(kind)

@@ -65,9 +65,9 @@ def sync_once(cluster: Any) -> None:
 
 
 @contextlib.contextmanager
-def live_cluster(scenario: Any, *, name: str) -> Iterator[tuple[Any, Any]]:
+def live_cluster(scenario: Any, *, name: str, api: str | None = None) -> Iterator[tuple[Any, Any]]:
     """A kubesim scenario (builtin name or parsed dict) served, registered as cluster `name` and synced into the
-    database, with the simulator still serving."""
+    database, with the simulator still serving. `api`: a kubesim API profile other than the scenario's."""
     import redis
     import yaml
     from django.conf import settings
@@ -78,7 +78,7 @@ def live_cluster(scenario: Any, *, name: str) -> Iterator[tuple[Any, Any]]:
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     snapshot_forget()
-    with Simulator(scenario=scenario, port=0) as sim:
+    with Simulator(scenario=scenario, port=0, api=api) as sim:
         cluster = cluster_register(name=name, kubeconfig=yaml.safe_dump(sim.kubeconfig()))
         sync_once(cluster)
         yield sim, cluster

@@ -61,6 +61,8 @@ class ValidationContext:
     # device plugin's one-unit-per-container rule (catalog/sharing.py). Time-sliced pools refuse more than one when
     # the catalog's offering for them says failRequestsGreaterThanOne (`single_unit_pools` of build_context).
     shared_resources: dict[str, list[SharedNode]] | None = None
+    # Why the cluster cannot run DRA workloads ("" when it can): DRA documents get that reason, not "no such class".
+    dra_unavailable: str = ""
 
     def extended_resource_names(self) -> set[str]:
         """Every extended resource a pod can ask for: node capacity plus DRA classes' (implicit) names."""
@@ -97,8 +99,9 @@ def catalog_single_unit_pools() -> list[tuple[str, dict[str, Any]]]:
 def context_for_cluster(cluster: Cluster) -> ValidationContext:
     """The cluster-aware parts of a context from the inventory (live rows only) and the catalog. Read-only."""
     from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
+    from inventory.selectors import dra_unavailable_reason
 
-    return build_context(
+    context = build_context(
         kubernetes_version=_version_text(cluster.server_version),
         namespaces=((ns.name, ns.labels) for ns in Namespace.objects.live().filter(cluster=cluster).only("name", "labels")),
         nodes=((node.name, node.labels, node.capacity, node.taints)
@@ -110,6 +113,8 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
                 for q in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw")),
         single_unit_pools=catalog_single_unit_pools(),
     )
+    context.dra_unavailable = dra_unavailable_reason(cluster)
+    return context
 
 
 def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "",

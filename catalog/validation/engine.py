@@ -22,6 +22,7 @@ from catalog.validation.policy import check_policy
 from catalog.validation.quota import check_quota
 from catalog.validation.schema import check_schema, resolve_version
 from catalog.validation.semantics import Manifest, check_semantics
+from inventory.k8s.conversion import dra_to_v1, served_dra_version
 from inventory.k8s.semantics import as_dict
 
 
@@ -49,14 +50,20 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
             findings.append(Finding("parse", "error", document_path(index), "the document is not a mapping (an "
                                     "object)", "", "not-a-mapping"))
             continue
-        schema_findings, hard = check_schema(index, document, version)
+        if context.dra_unavailable and served_dra_version(document):
+            schema_findings, hard = [Finding(
+                "schema", "error", document_path(index), f"DRA is unavailable on this cluster: {context.dra_unavailable}",
+                "run it on a cluster that serves resource.k8s.io, or request the unit as an extended resource (device "
+                "plugin)", "dra-unavailable")], True
+        else:
+            schema_findings, hard = check_schema(index, document, version)
         findings += schema_findings
         if hard:
             findings.append(Finding("schema", "info", document_path(index), "semantics, policy, quota and "
                                     "feasibility checks were skipped for this document: fix the schema errors first",
                                     "", "layers-skipped"))
-        else:
-            valid.append((index, document))
+        else:  # a DRA object written for an older cluster (v1beta1/v1beta2) is checked in the v1 shape
+            valid.append((index, dra_to_v1(document, served_dra_version(document) or "v1")))
     manifest = Manifest.of(valid, context.default_namespace)
     holders: list[PodHolder] = []
     claim_documents: list[tuple[int, dict[str, Any]]] = []

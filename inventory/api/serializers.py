@@ -20,6 +20,8 @@ class SyncStateSerializer(serializers.ModelSerializer):
             "last_success_at",
             "relists",
             "last_error",
+            "served_version",
+            "unavailable_reason",
         ]
         read_only_fields = fields
 

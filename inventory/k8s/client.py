@@ -30,6 +30,7 @@ from inventory.errors import (
     ClusterUnreachableError,
     ResourceExpiredError,
 )
+from inventory.k8s.discovery import DISCOVERED_GROUPS, ApiDiscovery
 from inventory.k8s.kubeconfig import kubeconfig_validate
 from inventory.k8s.types import (
     DRY_RUN_KINDS,
@@ -48,6 +49,8 @@ __all__ = ["ClusterClient", "KubernetesClusterClient", "WatchStream"]
 
 class ClusterClient(Protocol):
     def server_version(self) -> str: ...
+
+    def discover(self) -> ApiDiscovery: ...
 
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage: ...
 
@@ -86,6 +89,12 @@ def _json_object(body: Any) -> dict[str, Any]:
     with contextlib.suppress(orjson.JSONDecodeError, TypeError):
         data = orjson.loads(body or b"{}")
     return data if isinstance(data, dict) else {}
+
+
+def _resource_names(doc: dict[str, Any]) -> list[str]:
+    """Top-level resource names of an APIResourceList (subresources like `pods/status` left out)."""
+    return sorted({str(r["name"]) for r in doc.get("resources") or []
+                   if isinstance(r, dict) and isinstance(r.get("name"), str) and "/" not in r["name"]})
 
 
 def _translate(exc: ApiException, what: str) -> Exception:
@@ -229,7 +238,11 @@ class KubernetesClusterClient:
     ) -> None:
         self._api_client = api_client
         self._core = k8s.CoreV1Api(api_client=api_client)
-        self._resource = k8s.ResourceV1Api(api_client=api_client)
+        self._resource = {
+            "v1": k8s.ResourceV1Api(api_client=api_client),
+            "v1beta2": k8s.ResourceV1beta2Api(api_client=api_client),
+            "v1beta1": k8s.ResourceV1beta1Api(api_client=api_client),
+        }
         self._admission = k8s.AdmissionregistrationV1Api(api_client=api_client)
         self._version = k8s.VersionApi(api_client=api_client)
         self._timeout = (connect_timeout, read_timeout)
@@ -273,7 +286,9 @@ class KubernetesClusterClient:
         return api_client
 
     def _api(self, kind: KindRef) -> Any:
-        return {"core": self._core, "resource": self._resource, "admission": self._admission}[kind.api]
+        if kind.api == "resource":
+            return self._resource[kind.version]
+        return {"core": self._core, "admission": self._admission}[kind.api]
 
     def _call(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         try:
@@ -287,6 +302,42 @@ class KubernetesClusterClient:
         response = self._call("version", self._version.get_code, _request_timeout=self._timeout)
         data = orjson.loads(response.data)
         return str(data.get("gitVersion", ""))
+
+    def _get_json(self, path: str, what: str) -> dict[str, Any] | None:
+        """GET a discovery document; None when the server does not serve it (404, or 503 of an aggregated API)."""
+        status, body = self._send("GET", path, what, query=[], body=None, content_type="application/json",
+                                  passthrough=(503,))
+        if status in (404, 503):
+            return None
+        if not 200 <= status < 300:
+            raise ClusterRequestError(f"{what}: HTTP {status} {_status_message(body)}", status=status)
+        data = _json_object(body)
+        return data or None
+
+    def discover(self) -> ApiDiscovery:
+        """The discovery documents the portal needs: /version, /api/v1, /apis and the resource lists of the groups
+        it reads, every served version of each (inventory/k8s/discovery.py decides what to sync from them)."""
+        version_doc = self._get_json("/version", "discovery /version") or {}
+        resources: dict[str, list[str]] = {}
+        groups: dict[str, list[str]] = {}
+        core = self._get_json("/api/v1", "discovery /api/v1") or {}
+        resources["v1"] = _resource_names(core)
+        group_list = self._get_json("/apis", "discovery /apis") or {}
+        for group in group_list.get("groups") or []:
+            if not isinstance(group, dict) or not isinstance(group.get("name"), str):
+                continue
+            versions = [str(v.get("version")) for v in group.get("versions") or [] if isinstance(v, dict)]
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            if preferred in versions:  # preferred first, the rest in the server's order
+                versions.remove(preferred)
+                versions.insert(0, preferred)
+            groups[group["name"]] = versions
+        for group in DISCOVERED_GROUPS:
+            for version in groups.get(group, []):
+                doc = self._get_json(f"/apis/{quote(group)}/{quote(version)}", f"discovery {group}/{version}")
+                if doc is not None:
+                    resources[f"{group}/{version}"] = _resource_names(doc)
+        return ApiDiscovery(git_version=str(version_doc.get("gitVersion") or ""), groups=groups, resources=resources)
 
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage:
         method = getattr(self._api(kind), kind.list_method)
@@ -406,9 +457,9 @@ class KubernetesClusterClient:
                                   status=status)
 
     def _send(self, method: str, path: str, what: str, *, query: list[tuple[str, str]], body: Any,
-              content_type: str) -> tuple[int, Any]:
-        """One write request; returns (status, body) for any HTTP answer below 500 except 429, raises
-        ClusterUnreachableError otherwise."""
+              content_type: str, passthrough: tuple[int, ...] = ()) -> tuple[int, Any]:
+        """One request; returns (status, body) for any HTTP answer below 500 except 429 (and the `passthrough`
+        codes), raises ClusterUnreachableError otherwise."""
         try:
             request = self._api_client.param_serialize(
                 method=method, resource_path=path, query_params=query, body=body,
@@ -423,7 +474,7 @@ class KubernetesClusterClient:
             raise ClusterUnreachableError(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from None
         else:
             status, data = int(response.status), response.data
-        if status == 429 or status >= 500 or status == 0:
+        if (status == 429 or status >= 500 or status == 0) and status not in passthrough:
             raise ClusterUnreachableError(f"{what}: HTTP {status} {_status_message(data)}", status=status)
         return status, data
 

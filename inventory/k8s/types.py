@@ -99,8 +99,11 @@ class DryRunResult:
 DRY_RUN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("v1", "Pod"): ("/api/v1", "pods"),
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
-    ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1", "resourceclaims"),
-    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+    **{
+        (f"resource.k8s.io/{version}", kind): (f"/apis/resource.k8s.io/{version}", plural)
+        for version in ("v1", "v1beta2", "v1beta1")
+        for kind, plural in (("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates"))
+    },
 }
 
 

@@ -38,6 +38,10 @@ class Cluster(models.Model):
     context = models.CharField(max_length=200, blank=True, help_text="Kubeconfig context; empty = current-context.")
     sync_enabled = models.BooleanField(default=True)
     server_version = models.CharField(max_length=50, blank=True)
+    # The discovery documents that matter (inventory/k8s/discovery.py ApiDiscovery.to_json): which kinds are synced
+    # at which version, and why the others are not.
+    api_discovery = models.JSONField(default=dict, blank=True)
+    discovered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ClusterQuerySet.as_manager()
@@ -64,6 +68,7 @@ class SyncState(models.Model):
         LISTING = "listing", "Listing"
         WATCHING = "watching", "Watching"
         ERROR = "error", "Error"
+        UNSERVED = "unserved", "Not served"
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sync_states")
     kind = models.CharField(max_length=40)
@@ -83,6 +88,9 @@ class SyncState(models.Model):
     relists = models.IntegerField(default=0)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    served_version = models.CharField(max_length=100, blank=True, help_text="apiVersion the kind is synced at.")
+    unavailable_reason = models.TextField(blank=True, help_text="Why the cluster does not serve the kind (phase "
+                                          "unserved): a state, not an error.")
     # Lease for the embedded (database) lease backend; the Redis backend keeps it in Redis.
     lease_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -146,6 +154,8 @@ class KubeObject(models.Model):
     namespace = models.CharField(max_length=253, blank=True)
     resource_version = models.CharField(max_length=64)
     labels = models.JSONField(default=dict, blank=True)
+    # DRA kinds served at an older version hold the v1 shape here (inventory/k8s/conversion.py); their served_raw
+    # keeps the object as it was sent.
     raw = BulkJSONField(help_text="The whole object as the cluster sent it (sanitised only for storage).")
     k8s_created_at = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
@@ -168,6 +178,9 @@ class KubeObject(models.Model):
     @property
     def is_deleted(self) -> bool:
         return self.deleted_at is not None
+
+
+SERVED_RAW_HELP = "The object as served when the cluster serves an older version than v1 (raw holds it converted)."
 
 
 def _kube_constraints(model: str) -> list[models.BaseConstraint]:
@@ -285,6 +298,7 @@ class ResourceSlice(KubeObject):
     pool_slice_count = models.BigIntegerField(null=True, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     device_count = models.IntegerField(default=0)
+    served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
 
     class Meta(KubeObject.Meta):
         ordering = ["name"]
@@ -298,6 +312,7 @@ class DeviceClass(KubeObject):
     SCOPE_FIELD = None
 
     extended_resource_name = models.CharField(max_length=253, blank=True)
+    served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
 
     class Meta(KubeObject.Meta):
         ordering = ["name"]
@@ -310,6 +325,7 @@ class ResourceClaim(KubeObject):
 
     allocated = models.BooleanField(default=False)
     reserved_for_count = models.IntegerField(default=0)
+    served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
 
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("resourceclaim")
@@ -318,6 +334,8 @@ class ResourceClaim(KubeObject):
 
 class ResourceClaimTemplate(KubeObject):
     """A mirrored resource.k8s.io/v1 ResourceClaimTemplate."""
+
+    served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
 
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("resourceclaimtemplate")

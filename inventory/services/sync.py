@@ -25,13 +25,16 @@ from django.utils import timezone
 
 from inventory.errors import (
     ClusterError,
+    ClusterRequestError,
     ClusterUnreachableError,
     LeaseLostError,
     ResourceExpiredError,
 )
 from inventory.extract import UnstorableObjectError, extract_row
 from inventory.k8s.client import ClusterClient
-from inventory.k8s.types import WatchEvent
+from inventory.k8s.conversion import dra_to_v1
+from inventory.k8s.discovery import RESOURCE_GROUP
+from inventory.k8s.types import KindRef, WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
 from inventory.models import KubeObject, SyncIssue, SyncState
@@ -44,6 +47,7 @@ from inventory.services.derive import (
     scope_for_listing,
     scope_for_rows,
 )
+from inventory.services.discovery import discovery_current, sync_state_availability_record
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +69,22 @@ class ListResult:
     seconds: float = 0.0
     flagged: int = 0
     unstorable: int = 0
+
+
+@dataclass
+class KindSkipped:
+    """A kind `sync --once` did not list because the cluster does not serve it (a state, not an error)."""
+
+    kind: str
+    reason: str
+
+
+class SyncOnceResult(list[ListResult]):
+    """The listings of `cluster_sync_once`, plus the kinds it skipped and why."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[KindSkipped] = []
 
 
 @dataclass
@@ -101,15 +121,16 @@ def _fenced(state_id: int, token: int, *, cmdb_cluster_id: int | None = None) ->
         yield
 
 
-def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[Any], **extra: Any) -> tuple[
-    list[KubeObject], list[SyncIssue]
-]:
+def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[Any], *, ref: KindRef | None = None,
+          **extra: Any) -> tuple[list[KubeObject], list[SyncIssue]]:
+    """Rows of a page or batch; objects of a DRA kind served at an older version are stored in the v1 shape."""
     rows: list[KubeObject] = []
     problems: list[SyncIssue] = []
     by_uid: dict[str, int] = {}
+    convert = ref is not None and ref.group == RESOURCE_GROUP and ref.version != "v1"
     for obj in items:
         try:
-            columns = extract_row(kind, obj)
+            columns = extract_row(kind, dra_to_v1(obj, ref.version), served=obj) if convert else extract_row(kind, obj)
         except UnstorableObjectError as exc:
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             meta = meta if isinstance(meta, dict) else {}
@@ -180,14 +201,15 @@ def _upsert(model: type[KubeObject], rows: list[KubeObject], *, with_list_id: bo
 
 def kind_list(
     *, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, page_size: int | None = None,
-    on_page: Callable[[int], None] | None = None, derive: bool = True,
+    on_page: Callable[[int], None] | None = None, derive: bool = True, ref: KindRef | None = None,
 ) -> ListResult:
     """Full paginated listing of one kind; upserts every page, then tombstones what the listing did not contain.
 
     Idempotent. A listing that fails half-way raises and prunes nothing; the next one starts over. With `derive`,
-    the derived inventory is recomputed in the same transaction as the tombstones.
+    the derived inventory is recomputed in the same transaction as the tombstones. `ref`: the kind at the version
+    discovery chose (default: the v1 reference).
     """
-    ref = kind_ref(kind)
+    ref = ref or kind_ref(kind)
     model = MODELS[kind]
     page_size = page_size or settings.PORTAL_LIST_PAGE_SIZE
     started = time.monotonic()
@@ -203,7 +225,7 @@ def kind_list(
     while True:
         lease.keep()
         page = client.list_page(ref, limit=page_size, continue_token=token)  # I/O outside any transaction
-        rows, problems = _rows(model, cluster_id, kind, page.items, list_id=list_id, deleted_at=None)
+        rows, problems = _rows(model, cluster_id, kind, page.items, ref=ref, list_id=list_id, deleted_at=None)
         cmdb = cluster_id if _writes_cmdb(kind, derive=False) else None
         with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), _nodes_tracked(kind, cluster_id, rows):
             _upsert(model, rows, with_list_id=True)
@@ -241,14 +263,15 @@ def kind_list(
     return result
 
 
-def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease: Lease) -> str:
+def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease: Lease,
+                  ref: KindRef | None = None) -> str:
     """Apply one batch of watch events and save the resourceVersion of the last one, in one fenced transaction."""
     model = MODELS[kind]
     now = timezone.now()
     objects = [e for e in events if e.type in ("ADDED", "MODIFIED", "DELETED")]
-    live, problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type != "DELETED"],
+    live, problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type != "DELETED"], ref=ref,
                            deleted_at=None)
-    gone, gone_problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type == "DELETED"],
+    gone, gone_problems = _rows(model, cluster_id, kind, [e.object for e in objects if e.type == "DELETED"], ref=ref,
                                 deleted_at=now)
     gone_uids = {row.uid for row in gone}
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
@@ -301,10 +324,12 @@ def kind_sync_window(
     """Run the list/watch loop for one (cluster, kind) for a bounded window while holding `lease`.
 
     Survives dropped connections, 5xx/429 storms (honouring Retry-After), 410 Gone (relist) and lost database
-    connections by retrying within the window; returns when the window ends or raises LeaseLostError.
+    connections by retrying within the window; returns when the window ends or raises LeaseLostError. Reads the kind at
+    the version discovery chooses; a kind the cluster does not serve is recorded as such and the window sleeps,
+    re-reading discovery every PORTAL_UNSERVED_RECHECK_SECONDS; a 404 re-reads discovery at once.
     """
-    ref = kind_ref(kind)
     result = WindowResult(kind=kind)
+    rediscover = False
     deadline = time.monotonic() + window_seconds
     backoff = 0.5
     keep_lease = lease.keep
@@ -318,9 +343,15 @@ def kind_sync_window(
     while time.monotonic() < deadline and not (stop and stop.is_set()):
         try:
             keep_lease()
+            ref = _served_ref(cluster_id=cluster_id, kind=kind, client=client, lease=lease, force=rediscover)
+            rediscover = False
+            if ref is None:
+                pause(settings.PORTAL_UNSERVED_RECHECK_SECONDS)
+                rediscover = True
+                continue
             resource_version = _saved_resource_version(lease.state_id)
             if not resource_version:
-                listing = kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease)
+                listing = kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease, ref=ref)
                 result.lists.append(listing)
                 resource_version = listing.resource_version
             remaining = max(1, int(deadline - time.monotonic()))
@@ -331,7 +362,7 @@ def kind_sync_window(
                         max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(deadline, lease.next_renew)
                     )
                     if events:
-                        saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease)
+                        saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease, ref=ref)
                         result.events += sum(1 for e in events if e.type != "BOOKMARK")
                         result.batches += 1
                         result.resource_version = saved or result.resource_version
@@ -346,6 +377,15 @@ def kind_sync_window(
             result.errors.append(str(exc))
             sync_state_error_record(lease.state_id, str(exc))
             pause(exc.retry_after if exc.retry_after is not None else backoff)
+            backoff = min(BACKOFF_MAX, backoff * 2)
+        except ClusterRequestError as exc:
+            if exc.status != 404:
+                raise
+            # the kind (or its version) went away, e.g. an upgrade removed v1beta1: discovery decides what now
+            result.errors.append(str(exc))
+            sync_state_error_record(lease.state_id, str(exc))
+            rediscover = True
+            pause(backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
         except DB_TRANSIENT as exc:
             result.errors.append(f"database: {type(exc).__name__}")
@@ -362,20 +402,38 @@ def kind_sync_window(
     return result
 
 
+def _served_ref(*, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, force: bool) -> KindRef | None:
+    """The kind at the version the cluster serves (None: not served), recorded on its sync state. A changed version
+    drops the saved resourceVersion, so the kind is relisted and every row converted the same way."""
+    availability = discovery_current(cluster_id=cluster_id, client=client, force=force).availability(kind)
+    before = SyncState.objects.values_list("served_version", flat=True).get(pk=lease.state_id)
+    sync_state_availability_record(lease.state_id, availability)
+    if availability.ref is not None and before and before != availability.ref.api_version:
+        SyncState.objects.filter(pk=lease.state_id).update(resource_version="")
+    return availability.ref
+
+
 def cluster_sync_once(
     *, cluster_id: int, client: ClusterClient, lease_for: Callable[[SyncState], Lease | None],
     kinds: Iterable[str] = SYNCED_KINDS, page_size: int | None = None,
-) -> list[ListResult]:
-    """List every kind once (the `sync --once` command). Skips kinds whose lease a running watcher holds."""
-    results: list[ListResult] = []
+) -> SyncOnceResult:
+    """List every kind once (the `sync --once` command), each at the version discovery (read first) chooses; kinds the
+    cluster does not serve are skipped with their reason. Fails on kinds whose lease a running watcher holds."""
+    results = SyncOnceResult()
+    discovery_current(cluster_id=cluster_id, client=client, force=True)
     for kind in kinds:
         state = sync_state_for(cluster_id=cluster_id, kind=kind)
         lease = lease_for(state)
         if lease is None:
             raise ClusterError(f"{kind}: a watcher holds the lease; stop it or wait for its window to end")
         try:
+            ref = _served_ref(cluster_id=cluster_id, kind=kind, client=client, lease=lease, force=False)
+            if ref is None:
+                reason = SyncState.objects.values_list("unavailable_reason", flat=True).get(pk=state.pk)
+                results.skipped.append(KindSkipped(kind, reason))
+                continue
             results.append(kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease,
-                                     page_size=page_size, derive=False))
+                                     page_size=page_size, derive=False, ref=ref))
         finally:
             lease.release()
     with transaction.atomic():

@@ -261,6 +261,10 @@ PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SEC
 PORTAL_WATCH_WINDOW_SECONDS = env.int("PORTAL_WATCH_WINDOW_SECONDS", default=120)
 PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=30)
 PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
+# Discovery (which kinds a cluster serves, at which version) is re-read when older than this, after a 404, and every
+# PORTAL_UNSERVED_RECHECK_SECONDS by the watcher of a kind the cluster does not serve (docs/clusters.md).
+PORTAL_DISCOVERY_SECONDS = env.int("PORTAL_DISCOVERY_SECONDS", default=300)
+PORTAL_UNSERVED_RECHECK_SECONDS = env.float("PORTAL_UNSERVED_RECHECK_SECONDS", default=60.0)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
 

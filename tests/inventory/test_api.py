@@ -44,6 +44,8 @@ SYNC_FIELDS = {
     "last_success_at",
     "relists",
     "last_error",
+    "served_version",
+    "unavailable_reason",
 }
 
 

@@ -59,7 +59,7 @@ def _vapb(name: str, policy: str, param_ref: dict | None = None) -> dict:
 # ------------------------------------------------------------------------------------------------ discovery
 def test_discovery_advertises_the_new_kinds(sim):
     groups = request(sim, "GET", "/apis").json()["groups"]
-    assert [g["name"] for g in groups] == ["resource.k8s.io", "admissionregistration.k8s.io"]
+    assert [g["name"] for g in groups] == ["resource.k8s.io", "admissionregistration.k8s.io", "events.k8s.io"]
     group = request(sim, "GET", "/apis/admissionregistration.k8s.io").json()
     assert group["preferredVersion"] == {"groupVersion": "admissionregistration.k8s.io/v1", "version": "v1"}
     core = {r["name"]: r for r in request(sim, "GET", "/api/v1").json()["resources"]}

@@ -19,12 +19,13 @@ class Command(BaseCommand):
         parser.add_argument("--write-kubeconfig", default=None)
         parser.add_argument("--churn", default=None)
         parser.add_argument("--seed", default=None)
+        parser.add_argument("--api", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from kubesim.__main__ import main
 
         argv = ["--scenario", options["scenario"], "--host", options["host"], "--port", str(options["port"])]
-        for flag in ("write_kubeconfig", "churn", "seed"):
+        for flag in ("write_kubeconfig", "churn", "seed", "api"):
             if options[flag] is not None:
                 argv += [f"--{flag.replace('_', '-')}", str(options[flag])]
         sys.exit(main(argv))
