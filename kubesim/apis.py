@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 RESOURCE_GROUP = "resource.k8s.io"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
@@ -81,7 +82,7 @@ _BASIC_FIELDS = (
 _EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations", "capacity")
 
 
-def _claim_spec_requests(obj: dict, kind: str) -> list | None:
+def _claim_spec_requests(obj: dict[str, Any], kind: str) -> list[Any] | None:
     spec = obj.get("spec")
     if kind == "ResourceClaimTemplate":
         spec = spec.get("spec") if isinstance(spec, dict) else None
@@ -90,19 +91,19 @@ def _claim_spec_requests(obj: dict, kind: str) -> list | None:
     return requests if isinstance(requests, list) else None
 
 
-def _as_version(obj: dict, version: str) -> dict:
+def _as_version(obj: dict[str, Any], version: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
     return out
 
 
-def _devices(obj: dict) -> list:
+def _devices(obj: dict[str, Any]) -> list[Any]:
     spec = obj.get("spec")
     devices = spec.get("devices") if isinstance(spec, dict) else None
     return devices if isinstance(devices, list) else []
 
 
-def dra_from_v1(obj: dict, version: str) -> dict:
+def dra_from_v1(obj: dict[str, Any], version: str) -> dict[str, Any]:
     """A stored v1 DRA object in the shape of `version` (a copy; v1 returns the object itself)."""
     if version == "v1":
         return obj
@@ -122,7 +123,7 @@ def dra_from_v1(obj: dict, version: str) -> dict:
     return out
 
 
-def dra_to_v1(obj: dict) -> dict:
+def dra_to_v1(obj: dict[str, Any]) -> dict[str, Any]:
     """An object written at an older resource.k8s.io version, in the v1 storage shape (a copy)."""
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     if version == "v1":
@@ -156,7 +157,7 @@ _EVENT_RENAMES = (
 )
 
 
-def event_from_core(obj: dict) -> dict:
+def event_from_core(obj: dict[str, Any]) -> dict[str, Any]:
     """A stored core/v1 Event as events.k8s.io/v1 shows it (the field renames of k8s.io/api/events/v1)."""
     out = copy.deepcopy(obj)
     out["apiVersion"] = f"{EVENTS_GROUP}/v1"
@@ -166,7 +167,7 @@ def event_from_core(obj: dict) -> dict:
     return out
 
 
-def event_to_core(obj: dict) -> dict:
+def event_to_core(obj: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["apiVersion"] = "v1"
     for core, new in _EVENT_RENAMES:
@@ -181,7 +182,7 @@ def converts(group: str, version: str) -> bool:
     return group == EVENTS_GROUP or (group == RESOURCE_GROUP and version != "v1")
 
 
-def to_served(group: str, version: str, obj: dict) -> dict:
+def to_served(group: str, version: str, obj: dict[str, Any]) -> dict[str, Any]:
     if group == EVENTS_GROUP:
         return event_from_core(obj)
     if group == RESOURCE_GROUP:
@@ -189,7 +190,7 @@ def to_served(group: str, version: str, obj: dict) -> dict:
     return obj
 
 
-def to_storage(group: str, obj: dict) -> dict:
+def to_storage(group: str, obj: dict[str, Any]) -> dict[str, Any]:
     if group == EVENTS_GROUP:
         return event_to_core(obj)
     if group == RESOURCE_GROUP:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from inventory.k8s.semantics.values import as_dict
 from inventory.k8s.types import KINDS, KindRef
 
 RESOURCE_GROUP = "resource.k8s.io"
@@ -76,7 +77,7 @@ class ApiDiscovery:
         """None when nothing (valid) was stored yet."""
         if not isinstance(data, dict) or not isinstance(data.get("resources"), dict):
             return None
-        groups = data.get("groups") if isinstance(data.get("groups"), dict) else {}
+        groups = as_dict(data.get("groups"))
         return cls(
             git_version=str(data.get("gitVersion") or ""),
             groups={str(g): [str(v) for v in vs] for g, vs in groups.items() if isinstance(vs, list)},

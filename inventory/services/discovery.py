@@ -32,14 +32,14 @@ def discovery_current(*, cluster_id: int, client: ClusterClient, force: bool = F
         row = Cluster.objects.filter(pk=cluster_id).values("api_discovery", "discovered_at").first()
         stored = ApiDiscovery.from_json(row["api_discovery"]) if row else None
         max_age = timedelta(seconds=settings.PORTAL_DISCOVERY_SECONDS)
-        if stored is not None and row["discovered_at"] and timezone.now() - row["discovered_at"] < max_age:
+        if stored is not None and row is not None and row["discovered_at"] and timezone.now() - row["discovered_at"] < max_age:
             return stored
     return discovery_refresh(cluster_id=cluster_id, client=client)
 
 
 def sync_state_availability_record(state_id: int, availability: KindAvailability) -> None:
     """Show on the (cluster, kind) state whether and at which version the kind is synced."""
-    if availability.served:
+    if availability.served and availability.ref is not None:
         SyncState.objects.filter(pk=state_id).exclude(phase=SyncState.Phase.UNSERVED).update(
             served_version=availability.ref.api_version, unavailable_reason="")
         SyncState.objects.filter(pk=state_id, phase=SyncState.Phase.UNSERVED).update(

@@ -130,7 +130,8 @@ def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[A
     convert = ref is not None and ref.group == RESOURCE_GROUP and ref.version != "v1"
     for obj in items:
         try:
-            columns = extract_row(kind, dra_to_v1(obj, ref.version), served=obj) if convert else extract_row(kind, obj)
+            columns = (extract_row(kind, dra_to_v1(obj, ref.version), served=obj) if convert and ref is not None
+                       else extract_row(kind, obj))
         except UnstorableObjectError as exc:
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             meta = meta if isinstance(meta, dict) else {}
