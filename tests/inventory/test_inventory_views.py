@@ -81,7 +81,7 @@ def test_unknown_pk_is_404(client: Client, member: User, name: str) -> None:
 def test_catalog_then_overview_lead_the_nav(client: Client, member: User) -> None:
     client.force_login(member)
     html = client.get(reverse("inventory:node_list")).content.decode()
-    nav = html[html.index('<nav class="nav">') :]
+    nav = html[html.index('id="site-nav"') :]
     links = [chunk.split('"')[1] for chunk in nav.split("<a href=")[1:4]]
     assert links == [reverse("catalog:offering_list"), reverse("catalog:generate"), reverse("inventory:overview")]
 
