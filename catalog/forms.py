@@ -339,7 +339,7 @@ class GeneratorForm(forms.Form):
     cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(no cluster: no namespace list)")
     namespace = forms.CharField(max_length=63)
     name = forms.CharField(max_length=63, initial="gpu-workload")
-    shape = forms.ChoiceField(choices=[])
+    shape = forms.ChoiceField(choices=[], initial="pod")
     count = forms.IntegerField(min_value=1, max_value=64, initial=1)
     parallelism = forms.IntegerField(min_value=1, max_value=64, initial=1, required=False,
                                      help_text="Pods of a Job running at once.")
