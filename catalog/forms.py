@@ -371,7 +371,8 @@ class GeneratorForm(forms.Form):
 
 
 class ValidateForm(forms.Form):
-    manifest = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}), max_length=1 << 20,
+    manifest = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "code"}),
+                               max_length=1 << 20,
                                strip=False, help_text="Pod, Job, ResourceClaim or ResourceClaimTemplate; several "
                                                       "documents separated by ---.")
     cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(none: schema and policy only)")

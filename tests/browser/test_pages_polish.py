@@ -5,6 +5,7 @@ were taken on the code before the change)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,4 +77,72 @@ def test_the_explainer_never_sends_a_whole_card_pod_to_shared_units(browser: Bro
     expect(fix).not_to_contain_text("t4-shared")
     expect(fix).not_to_contain_text("without the required node affinity")
     _after(page, "explainer-fix")
+    page.context.close()
+
+
+BROKEN_POD = """apiVersion: v1
+kind: Pod
+metadata:
+  name: probe
+spec:
+  containers:
+  - name: main
+    image: 42
+    ports:
+    - containerPort: "eighty"
+  - name: side
+    image: busybox
+    tty: "yes"
+"""
+BAD_BG, OK_BG, NEUTRAL_BG = "rgb(253, 232, 230)", "rgb(227, 244, 234)", "rgb(255, 255, 255)"
+
+
+def _overlaps(page: Page, selector: str) -> list[str]:
+    """Pairs of boxes matching `selector` that overlap, and boxes whose text is clipped."""
+    return list(page.evaluate(
+        """(sel) => { const els = [...document.querySelectorAll(sel)], out = [];
+          const boxes = els.map(e => e.getBoundingClientRect());
+          for (let i = 0; i < boxes.length; i++) {
+            if (els[i].scrollWidth > els[i].clientWidth + 1) out.push(`clipped: ${els[i].textContent.slice(0, 60)}`);
+            for (let j = i + 1; j < boxes.length; j++) {
+              const a = boxes[i], b = boxes[j];
+              if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+                out.push(`${els[i].textContent.slice(0, 40)} overlaps ${els[j].textContent.slice(0, 40)}`); } }
+          return out; }""", selector))
+
+
+def test_the_validator_is_linked_styled_and_lists_every_error_by_severity(browser: Browser, live_server,
+                                                                          demo) -> None:
+    page = _log_in(browser, live_server, "mia", "/catalog/generate/?offering=h100-80gb")
+    # From the generator, the YAML opens in the validator (with the cluster): it passes, the fit shown green.
+    page.get_by_role("button", name="Open in the validator").click()
+    expect(page).to_have_url(f"{live_server.url}/catalog/validate/")
+    expect(page.locator("#id_manifest")).not_to_have_value("")
+    expect(page.locator("#validation")).to_have_attribute("data-ok", "true")
+    fits = page.locator("li.finding[data-code=fits]")
+    expect(fits).to_have_css("background-color", OK_BG)
+    expect(page.locator("#site-nav").get_by_role("link", name="Validate")).to_have_attribute("aria-current", "page")
+
+    # The label sits above a full-width monospace textarea.
+    label, area = page.locator("label[for=id_manifest]").bounding_box(), page.locator("#id_manifest").bounding_box()
+    assert label is not None
+    assert area is not None
+    assert label["y"] + label["height"] <= area["y"] + 1
+    assert area["width"] > 900
+    expect(page.locator("#id_manifest")).to_have_css("font-family", re.compile("monospace"))
+
+    page.fill("#id_manifest", BROKEN_POD)
+    page.get_by_role("button", name="Validate").click()
+    report = page.locator("#validation")
+    expect(report).to_have_attribute("data-ok", "false")
+    errors = report.locator("li.finding[data-severity=error]")
+    expect(errors).to_have_count(3)  # every schema error, each with its path
+    paths = errors.locator(".path").all_inner_texts()
+    assert paths == ["documents[0].spec.containers[0].image", "documents[0].spec.containers[0].ports[0].containerPort",
+                     "documents[0].spec.containers[1].tty"], paths
+    expect(errors.first).to_have_css("background-color", BAD_BG)
+    expect(report.locator("li.finding[data-severity=info]").first).to_have_css("background-color", NEUTRAL_BG)
+    assert _overlaps(page, "#validation li.finding") == []
+    assert _overlaps(page, "#validation li.finding .message") == []
+    _after(page, "validator")
     page.context.close()
