@@ -23,6 +23,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from inventory.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import is_dns_subdomain
+from portal.formatting import duration_text
 from portal.models import (
     EXCEPTION_KEY_MAX,
     AccessKind,
@@ -103,7 +104,7 @@ def _validate_window(policy: AccessPolicy, window: Any) -> dt.timedelta:
     if not isinstance(window, dt.timedelta) or window <= dt.timedelta(0):
         raise AccessError("The window must be a positive duration.")
     if window > policy.max_window:
-        raise AccessError(f"The window may be at most {policy.max_window} for this kind of exception.")
+        raise AccessError(f"The window may be at most {duration_text(policy.max_window)} for this kind of exception.")
     return window
 
 

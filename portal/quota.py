@@ -103,6 +103,13 @@ def desired_hard(cluster_id: int, namespace: str, *, now: dt.datetime | None = N
     return {key: str(value) for key, value in sorted(totals.items())}
 
 
+def granted_units(cluster_id: int, offering: Offering, hard: dict[str, str]) -> int:
+    """What a namespace's portal quota (`desired_hard`) grants on the offering's quota key: the total a new request
+    adds to."""
+    key = quota_keys(offering, extended_resource_name=_extended_name(cluster_id, offering))[0]
+    return int(hard.get(key, 0))
+
+
 def managed_keys(cluster_id: int, namespace: str) -> set[str]:
     """Every quota key the portal has granted in the namespace (live or ended): the keys it owns there."""
     keys: set[str] = set()

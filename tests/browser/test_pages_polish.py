@@ -146,3 +146,62 @@ def test_the_validator_is_linked_styled_and_lists_every_error_by_severity(browse
     assert _overlaps(page, "#validation li.finding .message") == []
     _after(page, "validator")
     page.context.close()
+
+
+def test_forms_say_their_limits_before_submit(browser: Browser, live_server, demo) -> None:
+    from portal.models import AccessRequest, QuotaRequest
+
+    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
+    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
+    page = _log_in(browser, live_server, "lena", "/access/")
+    window = page.locator("#id_window_hours")
+    expect(page.locator("form.access-request")).to_contain_text("DRA adminAccess: at most 8 h")
+    expect(page.locator("form.access-request")).to_contain_text("Privileged exception: at most 7 d")
+    page.select_option("#id_kind", "admin-access")
+    expect(page.locator("#id_service_account")).to_be_disabled()
+    expect(page.locator("#id_workload")).to_be_disabled()
+    expect(window).to_have_attribute("max", "8")
+    page.select_option("#id_kind", "privileged")
+    expect(page.locator("#id_service_account")).to_be_enabled()
+    expect(window).to_have_attribute("max", "168")
+    page.select_option("#id_kind", "admin-access")
+    page.fill("#id_ticket_ref", "OPS-7")
+    page.fill("#id_reason", "profile the training job")
+    window.fill("10")
+    page.get_by_role("button", name="Submit for security review").click()  # the browser refuses: max is 8
+    assert "8" in window.evaluate("input => input.validationMessage")
+    page.evaluate("document.querySelector('form.access-request').noValidate = true")  # the server refuses too
+    page.get_by_role("button", name="Submit for security review").click()
+    expect(page.locator("form.access-request .error-text")).to_contain_text("DRA adminAccess is granted for at most 8 h")
+    assert not AccessRequest.objects.exists()
+    page.locator("#id_window_hours").fill("4")
+    page.get_by_role("button", name="Submit for security review").click()
+    expect(page.locator("dl")).to_contain_text("4 h")
+    expect(page.locator("body")).not_to_contain_text("4:00:00")
+    _after(page, "access-form")
+
+    page.goto(f"{live_server.url}/quota/")
+    form = page.locator("form.quota-request")
+    expect(form.locator("label[for=id_units]")).to_have_text("Increase by (units)")
+    page.select_option("#id_offering", "h100-80gb")
+    page.fill("#id_units", "2")
+    expect(page.locator("#quota-total")).to_have_text(re.compile(r"Granted by the portal now: 0 · after this request: 2 of \d+ "
+                                                                 r"physical units"))
+    expect(page.locator("#quota-over-capacity")).to_be_hidden()
+    page.fill("#id_units", "10000")
+    expect(page.locator("#quota-total")).to_contain_text("after this request: 10,000 of")
+    expect(page.locator("#quota-over-capacity")).to_be_visible()
+    expect(page.locator("#id_over_capacity")).to_have_attribute("required", "")
+    page.fill("#id_justification", "a big run")
+    _after(page, "quota-form")
+    # The browser refuses to submit until it is ticked; the server refuses too (the check is not only in the page).
+    page.evaluate("document.querySelector('form.quota-request').noValidate = true")
+    page.get_by_role("button", name="Submit for approval").click()
+    expect(form.locator(".error-text")).to_contain_text("10,000 units in total exceed the")
+    assert not QuotaRequest.objects.exists()
+    page.fill("#id_units", "10000")
+    page.check("#id_over_capacity")
+    page.get_by_role("button", name="Submit for approval").click()
+    expect(page).to_have_url(re.compile(r"/quota/requests/\d+/$"))
+    assert QuotaRequest.objects.get().units == 10_000
+    page.context.close()
