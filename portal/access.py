@@ -221,9 +221,10 @@ def _review(actor: Any, request_id: int, approve: bool, comment: str, now: dt.da
     if request.state == RequestState.APPROVED:
         grant = _issue_grant(actor, request, now)
     if request.state != RequestState.SUBMITTED:
-        outcome = f"was approved: grant {grant.pk} is being applied" if grant else f"was denied: {comment[:200]}"
+        outcome = (f"was approved: grant {grant.pk} is being applied" if grant
+                   else f"was denied: {comment.strip()[:120]}")
         notify(users=[request.requested_by], subject=f"Access request #{request.pk} {outcome}",
-               url=request.get_absolute_url())
+               body="" if grant else f"Reason: {comment.strip()}", url=request.get_absolute_url())
     return request, False
 
 

@@ -36,6 +36,7 @@ from portal.access_api import visible_violations
 from portal.enforcement import privileged_documents
 from portal.formatting import duration_text
 from portal.models import AccessKind, AccessRequest, Grant, TenantMembership, TenantNamespace, Violation
+from portal.notifications import notifications_read
 from portal.roles import Role, user_has_role
 
 
@@ -143,6 +144,9 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
         in_force = grant is not None and grant.state in IN_FORCE
         return render(request, "portal/access_request.html", {
             "ar": access_request, "grant": grant, "reviews": access_request.reviews.select_related("reviewer"),
+            # polled while other reviewers or the enforcement worker still move them (portal/_live_state.html)
+            "ar_live": access_request.state == AccessRequest.State.SUBMITTED,
+            "grant_live": grant is not None and grant.state == Grant.State.PENDING,
             "uses": grant.uses.all() if grant else [], "violations": grant.violations.all() if grant else [],
             "trail": _trail(access_request, grant),
             "can_review": reviewable_by(user, access_request),
@@ -177,6 +181,7 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
         except PortalError as exc:
             messages.error(request, str(exc))
             return redirect(access_request)
+        notifications_read(request.user, access_request.get_absolute_url())
         messages.success(request, f"Request #{target.pk}: {action} recorded.")
         return redirect(target)
 

@@ -11,6 +11,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views import View
 from django.views.generic import ListView, TemplateView
@@ -18,6 +19,7 @@ from django.views.generic import ListView, TemplateView
 from catalog.models import Offering, OfferingCapacity
 from inventory.errors import PortalError
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
+from portal.notifications import notifications_read
 from portal.quota import (
     MAX_UNITS,
     desired_hard,
@@ -111,12 +113,18 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         return self.render_to_response(self.get_context_data(form=form))
 
 
+# States the workers or other approvers move on without the viewer: the page polls its badge until it leaves them.
+LIVE_STATES = frozenset({QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING,
+                         QuotaRequest.State.FAILED})
+
+
 class QuotaRequestDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         quota_request = get_object_or_404(QuotaRequest.objects.visible_to(request.user).select_related(
             "offering", "cluster", "tenant", "requested_by"), pk=pk)
         return render(request, "portal/quota_request.html", {
             "qr": quota_request, "context": request_context(quota_request),
+            "qr_live": quota_request.state in LIVE_STATES,
             "decisions": quota_request.decisions.select_related("approver"),
             "can_decide": user_has_role(request.user, Role.APPROVER)
             and quota_request.requested_by_id != request.user.pk and quota_request.state == "submitted",
@@ -153,6 +161,7 @@ class QuotaRequestDetailView(LoginRequiredMixin, View):
         except PortalError as exc:
             messages.error(request, str(exc))
         else:
+            notifications_read(request.user, reverse("portal:quota_request_detail", kwargs={"pk": pk}))
             messages.success(request, f"Request #{pk}: {action} recorded.")
         return redirect("portal:quota_request_detail", pk=pk)
 

@@ -205,3 +205,64 @@ def test_forms_say_their_limits_before_submit(browser: Browser, live_server, dem
     expect(page).to_have_url(re.compile(r"/quota/requests/\d+/$"))
     assert QuotaRequest.objects.get().units == 10_000
     page.context.close()
+
+
+def test_deny_needs_a_reason_acted_items_are_read_and_states_refresh_until_final(browser: Browser, live_server,
+                                                                                 demo) -> None:
+    from catalog.models import Offering
+    from portal.models import Notification, QuotaRequest
+    from portal.quota import quota_request_create
+
+    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
+    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
+    abe = make_user("abe", Role.APPROVER)
+    h100 = Offering.objects.get(slug="h100-80gb")
+    qr = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research", offering_id=h100.pk, units=2,
+                              justification="fine-tuning")
+    page = _log_in(browser, live_server, "abe", "/quota/inbox/")
+    expect(page.locator("ul.inbox li.unread")).to_have_count(1)
+    page.goto(f"{live_server.url}/quota/requests/{qr.pk}/")
+    deny = page.locator("form.deny")
+    expect(deny.locator("#deny-reason")).to_have_attribute("required", "")
+    deny.get_by_role("button", name="Deny").click()  # the browser asks for the reason first
+    assert deny.locator("#deny-reason").evaluate("input => input.validationMessage")
+    deny.evaluate("form => { form.noValidate = true; }")
+    deny.get_by_role("button", name="Deny").click()
+    expect(page.locator(".messages")).to_contain_text("Say why you deny it")
+    qr.refresh_from_db()
+    assert qr.state == "submitted"
+    page.fill("#deny-reason", "the team's H100 budget is spent until January")
+    page.locator("form.deny").get_by_role("button", name="Deny").click()
+    expect(page.locator("#request-state")).to_have_attribute("data-state", "denied")
+    expect(page.locator("#request-state")).to_have_attribute("data-live", "false")
+    _after(page, "deny")
+    assert not Notification.objects.filter(user=abe, read_at__isnull=True).exists()  # acted on: read
+    page.goto(f"{live_server.url}/quota/inbox/")
+    expect(page.locator("ul.inbox li.unread")).to_have_count(0)
+    page.context.close()
+
+    lead = _log_in(browser, live_server, "lena", "/quota/inbox/")
+    expect(lead.locator("ul.inbox li.unread").first).to_contain_text(
+        f"Quota request #{qr.pk} was denied: the team's H100 budget is spent until January")
+    _after(lead, "inbox")
+
+    # A request being applied refreshes its state by itself, and stops asking once it is final.
+    applying = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research", offering_id=h100.pk,
+                                    units=1, justification="eval")
+    QuotaRequest.objects.filter(pk=applying.pk).update(state="applying")
+    path = f"/quota/requests/{applying.pk}/"
+    polls: list[str] = []
+    lead.on("request", lambda r: polls.append(r.url) if r.url.endswith(path) and r.headers.get("hx-request")
+            else None)
+    lead.goto(f"{live_server.url}{path}")
+    badge = lead.locator("#request-state")
+    expect(badge).to_have_attribute("data-live", "true")
+    expect(badge).to_have_text("Applying to the cluster")
+    QuotaRequest.objects.filter(pk=applying.pk).update(state="active")
+    expect(badge).to_have_text("Active", timeout=10_000)
+    expect(badge).to_have_attribute("data-live", "false")
+    seen = len(polls)
+    assert seen >= 1
+    lead.wait_for_timeout(4_000)
+    assert len(polls) == seen, "polling must stop once the state is final"
+    lead.context.close()
