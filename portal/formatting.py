@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
+
+from django.utils.numberformat import format as number_format
 
 _UNITS = ((86400, "d"), (3600, "h"), (60, "min"))
 
@@ -20,3 +23,11 @@ def duration_text(value: dt.timedelta | None) -> str:
             parts.append(f"{seconds // size} {unit}")
             seconds %= size
     return " ".join(parts[:2]) if parts else f"{seconds} s"
+
+
+def money_text(value: Decimal | float | int, currency: str = "", *, places: int = 2) -> str:
+    """``1794.05`` → ``1,794.05 EUR``: grouped and with the decimal sign of the active locale (Django's number
+    formatting), the ISO currency code after the amount."""
+    text = number_format(Decimal(value).quantize(Decimal(1).scaleb(-places)), decimal_sep=".", decimal_pos=places,
+                         grouping=3, thousand_sep=",", force_grouping=True, use_l10n=True)
+    return f"{text} {currency}" if currency else text

@@ -3,6 +3,7 @@ queue, the platform admins' oversubscription view, and the inbox."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -54,6 +55,7 @@ class QuotaRequestForm(forms.Form):
         self.fields["target"].choices = [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
                                          for tn in led]
         self.figures = _figures(led, list(self.fields["offering"].queryset))
+        self.figures_json = json.dumps(self.figures)  # read by portal.js (a data attribute: no inline script)
 
     def clean(self) -> dict[str, Any]:
         """The resulting total against physical capacity: beyond it only when the lead says so on purpose."""

@@ -41,9 +41,8 @@
 
   function quotaTotal() {
     var form = document.querySelector("form.quota-request");
-    var data = document.getElementById("quota-figures");
-    if (!form || !data) { return; }
-    var figures = JSON.parse(data.textContent);
+    if (!form || !form.dataset.figures) { return; }
+    var figures = JSON.parse(form.dataset.figures);
     var target = form.querySelector("#id_target"), offering = form.querySelector("#id_offering");
     var units = parseInt(form.querySelector("#id_units").value, 10) || 0;
     var key = target.value + "|" + (offering.value || "");

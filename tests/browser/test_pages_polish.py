@@ -5,6 +5,7 @@ were taken on the code before the change)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -266,3 +267,82 @@ def test_deny_needs_a_reason_acted_items_are_read_and_states_refresh_until_final
     lead.wait_for_timeout(4_000)
     assert len(polls) == seen, "polling must stop once the state is final"
     lead.context.close()
+
+
+def test_chargeback_reads_like_a_statement(browser: Browser, live_server, demo) -> None:
+    from urllib.parse import urljoin
+
+    from django.utils import timezone
+
+    from catalog.models import OfferingPrice
+    from portal.models import Tenant
+
+    now = timezone.now()
+    OfferingPrice.objects.update(effective_from=now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    Tenant.objects.filter(slug="ml-research").update(name="ML Research", cost_center="CC-4711")
+    make_user("fin", Role.FINANCE)
+    month = f"{now:%Y-%m}"
+    page = _log_in(browser, live_server, "fin", f"/chargeback/?month={month}")
+    eur = page.locator("section.totals p.total[data-currency=EUR] b")
+    expect(eur).to_have_text(re.compile(r"^\d{1,3}(,\d{3})*\.\d\d EUR$"))
+    chart = page.locator("svg.chart")
+    expect(chart.locator("title").first).to_contain_text("in EUR")
+    expect(chart.locator("text.x-tick").first).to_have_text(f"{now:%b} 1")
+    assert chart.locator("text.y-tick").count() == 3
+    expect(page.locator("[data-testid=priced-explained]")).to_contain_text("Unpriced")
+    row = page.locator("table.chargeback tbody tr[data-tenant=ml-research]").first
+    expect(row).to_contain_text("ML Research")
+    expect(row.locator("[data-testid=cost-centre-cell]")).to_have_text("CC-4711")
+    expect(page.locator("table.chargeback tfoot tr[data-currency=EUR]")).to_contain_text("Total")
+    _after(page, "chargeback")
+
+    csv = page.request.get(urljoin(page.url, page.locator("[data-testid=csv]").get_attribute("href") or ""))
+    start = now.replace(day=1)
+    end = (start.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    assert (csv.headers["content-disposition"]
+            == f'attachment; filename="chargeback-tenant-{start:%Y%m%d}-{end:%Y%m%d}.csv"')
+
+    page.select_option("#tenant", "ml-research")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("[data-testid=cost-centre]")).to_contain_text("ML Research — cost centre CC-4711")
+    offerings = page.locator("table.chargeback tbody td[data-offering]")
+    expect(offerings.first).to_be_visible()
+    for cell in offerings.all():
+        slug = cell.get_attribute("data-offering")
+        if slug:
+            expect(cell).not_to_have_text(slug)
+    page.context.close()
+
+
+def test_audit_finds_verbs_by_word_names_objects_and_the_api_docs_lead_back(browser: Browser, live_server,
+                                                                            demo) -> None:
+    from catalog.models import Offering
+    from portal.quota import quota_request_create, quota_request_decide
+
+    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
+    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
+    abe = make_user("abe", Role.APPROVER)
+    qr = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research",
+                              offering_id=Offering.objects.get(slug="h100-80gb").pk, units=8, justification="x")
+    quota_request_decide(actor=abe, request_id=qr.pk, approve=False, comment="no budget")
+    make_user("ada", Role.PLATFORM_ADMIN, superuser=True)
+    page = _log_in(browser, live_server, "ada", "/audit/")
+    options = page.locator("datalist#audit-verbs option")
+    assert "quota_request.denied" in options.evaluate_all("os => os.map(o => o.value)")
+    expect(page.locator("#id_verb")).to_have_attribute("list", "audit-verbs")
+    page.fill("#id_verb", "denied")
+    rows = page.locator("table.audit-events tbody tr[data-event]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("quota_request.denied")
+    expect(rows.first).to_contain_text(f"Quota request #{qr.pk}: 8 \u00d7 NVIDIA H100 80GB")
+    expect(rows.first).to_contain_text("in ml-research")
+    _after(page, "audit")
+
+    page.goto(f"{live_server.url}/api/docs/")
+    expect(page.locator("#site-nav").get_by_role("link", name="Catalog")).to_be_visible()
+    expect(page.locator("h1")).to_have_text("API reference")
+    expect(page.locator("#swagger-ui .info")).to_be_visible()  # Swagger UI still loads its schema
+    _after(page, "api-docs")
+    page.get_by_test_id("back-to-portal").click()
+    expect(page).to_have_url(f"{live_server.url}/inventory/accelerators/")
+    page.context.close()
