@@ -346,3 +346,21 @@ def test_audit_finds_verbs_by_word_names_objects_and_the_api_docs_lead_back(brow
     page.get_by_test_id("back-to-portal").click()
     expect(page).to_have_url(f"{live_server.url}/inventory/accelerators/")
     page.context.close()
+
+
+def test_the_demo_capacity_chart_shows_two_weeks_of_history(browser: Browser, live_server, demo, settings) -> None:
+    from catalog.models import CapacitySample
+
+    settings.PORTAL_DEMO = True
+    call_command("demo_history", verbosity=0)
+    written = CapacitySample.objects.count()
+    call_command("demo_history", verbosity=0)  # idempotent: the same hours are not written twice
+    assert CapacitySample.objects.count() == written
+    page = _log_in(browser, live_server, "mia", "/catalog/o/h100-80gb/")
+    held = page.locator(".history-chart polyline.line-held")
+    expect(held).to_be_visible()
+    points = (held.get_attribute("points") or "").split()
+    assert len(points) >= 14 * 24, len(points)
+    assert len({p.split(",")[1] for p in points}) > 5, "a curve, not a flat line"
+    _after(page, "capacity-history")
+    page.context.close()
