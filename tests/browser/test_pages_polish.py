@@ -14,6 +14,7 @@ from django.core.management import call_command
 from playwright.sync_api import Browser, Page, expect
 
 from portal.roles import Role
+from tests.browser.conftest import log_in_as
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 
@@ -32,15 +33,22 @@ def demo(live_demo):
     return cluster
 
 
-def _log_in(browser: Browser, live_server, username: str, path: str) -> Page:
-    page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/?next={path}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
-    return page
+@pytest.fixture
+def lena(demo):
+    """The lead of ml-research (who requests quota); abe approves."""
+    make_user("abe", Role.APPROVER)
+    lead = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
+    give_namespaces(lead, demo, "ml-research", tenant_slug="ml-research", role="lead")
+    return lead
+
+
+def _ask(lead, cluster, units: int, justification: str = "fine-tuning"):
+    """lena's quota request for H100s in ml-research."""
+    from catalog.models import Offering
+    from portal.quota import quota_request_create
+
+    return quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="ml-research", units=units,
+                                offering_id=Offering.objects.get(slug="h100-80gb").pk, justification=justification)
 
 
 def _after(page: Page, item: str) -> None:
@@ -48,7 +56,7 @@ def _after(page: Page, item: str) -> None:
 
 
 def test_the_generator_opens_on_a_valid_default_with_yaml(browser: Browser, live_server, demo) -> None:
-    page = _log_in(browser, live_server, "mia", "/catalog/generate/?offering=h100-80gb")
+    page = log_in_as(browser, live_server, "mia", path="/catalog/generate/?offering=h100-80gb")
     expect(page.locator("[data-testid=generator-errors]")).to_have_count(0)
     expect(page.locator("#id_shape")).to_have_value("pod")
     expect(page.locator("#generated-yaml")).to_contain_text("kind: Pod")
@@ -57,7 +65,7 @@ def test_the_generator_opens_on_a_valid_default_with_yaml(browser: Browser, live
     _after(page, "generator")
     # Someone who owns no namespace still opens on YAML (no cluster chosen), not on an error.
     make_user("nobody", Role.TENANT_MEMBER)
-    other = _log_in(browser, live_server, "nobody", "/catalog/generate/")
+    other = log_in_as(browser, live_server, "nobody", path="/catalog/generate/")
     expect(other.locator("[data-testid=generator-errors]")).to_have_count(0)
     expect(other.locator("#generated-yaml")).to_contain_text("namespace: default")
     other.context.close()
@@ -65,7 +73,7 @@ def test_the_generator_opens_on_a_valid_default_with_yaml(browser: Browser, live
 
 
 def test_the_explainer_never_sends_a_whole_card_pod_to_shared_units(browser: Browser, live_server, demo) -> None:
-    page = _log_in(browser, live_server, "mia", "/catalog/generate/?offering=h100-80gb")
+    page = log_in_as(browser, live_server, "mia", path="/catalog/generate/?offering=h100-80gb")
     page.fill("#id_count", "8")  # h100-000 has 3 free, h100-001 none: the T4 and MIG-single nodes have "more"
     output = page.locator("#output")
     expect(output.locator("#generated-yaml")).to_contain_text("nvidia.com/gpu: 8")
@@ -114,7 +122,7 @@ def _overlaps(page: Page, selector: str) -> list[str]:
 
 def test_the_validator_is_linked_styled_and_lists_every_error_by_severity(browser: Browser, live_server,
                                                                           demo) -> None:
-    page = _log_in(browser, live_server, "mia", "/catalog/generate/?offering=h100-80gb")
+    page = log_in_as(browser, live_server, "mia", path="/catalog/generate/?offering=h100-80gb")
     # From the generator, the YAML opens in the validator (with the cluster): it passes, the fit shown green.
     page.get_by_role("button", name="Open in the validator").click()
     expect(page).to_have_url(f"{live_server.url}/catalog/validate/")
@@ -149,12 +157,10 @@ def test_the_validator_is_linked_styled_and_lists_every_error_by_severity(browse
     page.context.close()
 
 
-def test_forms_say_their_limits_before_submit(browser: Browser, live_server, demo) -> None:
+def test_forms_say_their_limits_before_submit(browser: Browser, live_server, lena) -> None:
     from portal.models import AccessRequest, QuotaRequest
 
-    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
-    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
-    page = _log_in(browser, live_server, "lena", "/access/")
+    page = log_in_as(browser, live_server, "lena", path="/access/")
     window = page.locator("#id_window_hours")
     expect(page.locator("form.access-request")).to_contain_text("DRA adminAccess: at most 8 h")
     expect(page.locator("form.access-request")).to_contain_text("Privileged exception: at most 7 d")
@@ -209,18 +215,11 @@ def test_forms_say_their_limits_before_submit(browser: Browser, live_server, dem
 
 
 def test_deny_needs_a_reason_acted_items_are_read_and_states_refresh_until_final(browser: Browser, live_server,
-                                                                                 demo) -> None:
-    from catalog.models import Offering
+                                                                                 demo, lena) -> None:
     from portal.models import Notification, QuotaRequest
-    from portal.quota import quota_request_create
 
-    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
-    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
-    abe = make_user("abe", Role.APPROVER)
-    h100 = Offering.objects.get(slug="h100-80gb")
-    qr = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research", offering_id=h100.pk, units=2,
-                              justification="fine-tuning")
-    page = _log_in(browser, live_server, "abe", "/quota/inbox/")
+    qr = _ask(lena, demo, 2)
+    page = log_in_as(browser, live_server, "abe", path="/quota/inbox/")
     expect(page.locator("ul.inbox li.unread")).to_have_count(1)
     page.goto(f"{live_server.url}/quota/requests/{qr.pk}/")
     deny = page.locator("form.deny")
@@ -237,19 +236,18 @@ def test_deny_needs_a_reason_acted_items_are_read_and_states_refresh_until_final
     expect(page.locator("#request-state")).to_have_attribute("data-state", "denied")
     expect(page.locator("#request-state")).to_have_attribute("data-live", "false")
     _after(page, "deny")
-    assert not Notification.objects.filter(user=abe, read_at__isnull=True).exists()  # acted on: read
+    assert not Notification.objects.filter(user__username="abe", read_at__isnull=True).exists()  # acted on: read
     page.goto(f"{live_server.url}/quota/inbox/")
     expect(page.locator("ul.inbox li.unread")).to_have_count(0)
     page.context.close()
 
-    lead = _log_in(browser, live_server, "lena", "/quota/inbox/")
+    lead = log_in_as(browser, live_server, "lena", path="/quota/inbox/")
     expect(lead.locator("ul.inbox li.unread").first).to_contain_text(
         f"Quota request #{qr.pk} was denied: the team's H100 budget is spent until January")
     _after(lead, "inbox")
 
     # A request being applied refreshes its state by itself, and stops asking once it is final.
-    applying = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research", offering_id=h100.pk,
-                                    units=1, justification="eval")
+    applying = _ask(lena, demo, 1, "eval")
     QuotaRequest.objects.filter(pk=applying.pk).update(state="applying")
     path = f"/quota/requests/{applying.pk}/"
     polls: list[str] = []
@@ -282,7 +280,7 @@ def test_chargeback_reads_like_a_statement(browser: Browser, live_server, demo) 
     Tenant.objects.filter(slug="ml-research").update(name="ML Research", cost_center="CC-4711")
     make_user("fin", Role.FINANCE)
     month = f"{now:%Y-%m}"
-    page = _log_in(browser, live_server, "fin", f"/chargeback/?month={month}")
+    page = log_in_as(browser, live_server, "fin", path=f"/chargeback/?month={month}")
     eur = page.locator("section.totals p.total[data-currency=EUR] b")
     expect(eur).to_have_text(re.compile(r"^\d{1,3}(,\d{3})*\.\d\d EUR$"))
     chart = page.locator("svg.chart")
@@ -315,18 +313,15 @@ def test_chargeback_reads_like_a_statement(browser: Browser, live_server, demo) 
 
 
 def test_audit_finds_verbs_by_word_names_objects_and_the_api_docs_lead_back(browser: Browser, live_server,
-                                                                            demo) -> None:
-    from catalog.models import Offering
-    from portal.quota import quota_request_create, quota_request_decide
+                                                                            demo, lena) -> None:
+    from django.contrib.auth.models import User
 
-    lena = make_user("lena", Role.TENANT_MEMBER, Role.TENANT_LEAD)
-    give_namespaces(lena, demo, "ml-research", tenant_slug="ml-research", role="lead")
-    abe = make_user("abe", Role.APPROVER)
-    qr = quota_request_create(actor=lena, cluster_id=demo.pk, namespace="ml-research",
-                              offering_id=Offering.objects.get(slug="h100-80gb").pk, units=8, justification="x")
-    quota_request_decide(actor=abe, request_id=qr.pk, approve=False, comment="no budget")
+    from portal.quota import quota_request_decide
+
+    qr = _ask(lena, demo, 8)
+    quota_request_decide(actor=User.objects.get(username="abe"), request_id=qr.pk, approve=False, comment="no budget")
     make_user("ada", Role.PLATFORM_ADMIN, superuser=True)
-    page = _log_in(browser, live_server, "ada", "/audit/")
+    page = log_in_as(browser, live_server, "ada", path="/audit/")
     options = page.locator("datalist#audit-verbs option")
     assert "quota_request.denied" in options.evaluate_all("os => os.map(o => o.value)")
     expect(page.locator("#id_verb")).to_have_attribute("list", "audit-verbs")
@@ -356,7 +351,7 @@ def test_the_demo_capacity_chart_shows_two_weeks_of_history(browser: Browser, li
     written = CapacitySample.objects.count()
     call_command("demo_history", verbosity=0)  # idempotent: the same hours are not written twice
     assert CapacitySample.objects.count() == written
-    page = _log_in(browser, live_server, "mia", "/catalog/o/h100-80gb/")
+    page = log_in_as(browser, live_server, "mia", path="/catalog/o/h100-80gb/")
     held = page.locator(".history-chart polyline.line-held")
     expect(held).to_be_visible()
     points = (held.get_attribute("points") or "").split()
