@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from django.utils.numberformat import format as number_format
+from django.utils.formats import number_format
 
 _UNITS = ((86400, "d"), (3600, "h"), (60, "min"))
 
@@ -26,8 +26,8 @@ def duration_text(value: dt.timedelta | None) -> str:
 
 
 def money_text(value: Decimal | float | int, currency: str = "", *, places: int = 2) -> str:
-    """``1794.05`` → ``1,794.05 EUR``: grouped and with the decimal sign of the active locale (Django's number
-    formatting), the ISO currency code after the amount."""
-    text = number_format(Decimal(value).quantize(Decimal(1).scaleb(-places)), decimal_sep=".", decimal_pos=places,
-                         grouping=3, thousand_sep=",", force_grouping=True, use_l10n=True)
+    """``1794.05`` → ``1,794.05 EUR`` in English, ``1.794,05 EUR`` in German: grouped, with the separators of the
+    active language (Django's locale formats), the ISO currency code after the amount."""
+    text = number_format(Decimal(value).quantize(Decimal(1).scaleb(-places)), decimal_pos=places,
+                         use_l10n=True, force_grouping=True)
     return f"{text} {currency}" if currency else text

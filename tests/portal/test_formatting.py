@@ -16,3 +16,17 @@ from portal.formatting import duration_text
 ])
 def test_duration_text(value: dt.timedelta | None, text: str) -> None:
     assert duration_text(value) == text
+
+
+def test_money_is_grouped_in_the_active_language() -> None:
+    from decimal import Decimal
+
+    from django.utils import translation
+
+    from portal.formatting import money_text
+
+    assert money_text(Decimal("1794.05"), "EUR") == "1,794.05 EUR"
+    assert money_text(1234567, "") == "1,234,567.00"
+    assert money_text(Decimal("0.004"), "USD") == "0.00 USD"
+    with translation.override("de"):
+        assert money_text(Decimal("1794.05"), "EUR") == "1.794,05 EUR"
