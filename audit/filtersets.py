@@ -1,6 +1,7 @@
 """Audit event filters shared by the /audit/ page and the REST API.
 
-- ``verb``: exact verb, or a prefix when it ends in ``.`` or ``*`` (``offering.`` / ``offering.*``).
+- ``verb``: exact verb, or a prefix when it ends in ``.`` or ``*`` (``offering.`` / ``offering.*``); a word without
+  a dot matches anywhere in the verb, case-insensitively (``denied``: every ``….denied``).
 - ``actor``: case-insensitive substring of the actor name; ``actor_kind``: user, token or system.
 - ``target_type`` (``app_label.model``, case-insensitive) and ``target_id``: exact.
 - ``occurred_from`` / ``occurred_to``: inclusive time bounds (ISO 8601; naive times are UTC).
@@ -39,7 +40,9 @@ class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class AuditEventFilterSet(django_filters.FilterSet):
-    verb = django_filters.CharFilter(method="filter_verb", label="Verb", help_text="Exact, or a prefix ending in . or *")
+    verb = django_filters.CharFilter(method="filter_verb", label="Verb",
+                                     help_text="Exact, a prefix ending in . or *, or a word found anywhere",
+                                     widget=forms.TextInput(attrs={"list": "audit-verbs", "autocomplete": "off"}))
     actor = django_filters.CharFilter(field_name="actor_name", lookup_expr="icontains", label="Actor")
     actor_kind = django_filters.ChoiceFilter(choices=ActorKind.choices, method="filter_actor_kind",
                                              label="Actor kind", empty_label="Any")
@@ -66,6 +69,8 @@ class AuditEventFilterSet(django_filters.FilterSet):
             return queryset.filter(verb__startswith=value[:-1])
         if value.endswith("."):
             return queryset.filter(verb__startswith=value)
+        if "." not in value:
+            return queryset.filter(verb__icontains=value)
         return queryset.filter(verb=value)
 
     def filter_actor_kind(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> QuerySet[AuditEvent]:

@@ -49,6 +49,8 @@ class AuditEventListView(AuditReaderRequiredMixin, HtmxPartialMixin, FilterView)
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["last_checkpoint"] = AuditCheckpoint.objects.order_by("-id").first()
+        # the verb field's choice list (a <datalist>: typing still filters by substring)
+        context["verbs"] = list(AuditEvent.objects.order_by("verb").values_list("verb", flat=True).distinct()[:300])
         return context
 
 

@@ -339,7 +339,7 @@ class GeneratorForm(forms.Form):
     cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(no cluster: no namespace list)")
     namespace = forms.CharField(max_length=63)
     name = forms.CharField(max_length=63, initial="gpu-workload")
-    shape = forms.ChoiceField(choices=[])
+    shape = forms.ChoiceField(choices=[], initial="pod")
     count = forms.IntegerField(min_value=1, max_value=64, initial=1)
     parallelism = forms.IntegerField(min_value=1, max_value=64, initial=1, required=False,
                                      help_text="Pods of a Job running at once.")
@@ -371,7 +371,8 @@ class GeneratorForm(forms.Form):
 
 
 class ValidateForm(forms.Form):
-    manifest = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}), max_length=1 << 20,
+    manifest = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "code"}),
+                               max_length=1 << 20,
                                strip=False, help_text="Pod, Job, ResourceClaim or ResourceClaimTemplate; several "
                                                       "documents separated by ---.")
     cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="(none: schema and policy only)")

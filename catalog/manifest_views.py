@@ -80,11 +80,12 @@ class GenerateView(LoginRequiredMixin, View):
         initial: dict[str, Any] = {}
         if request.GET.get("offering"):
             initial["offering"] = request.GET["offering"]
+        initial["namespace"] = "default"  # without a cluster any valid name will do: the page opens with YAML
         cluster = Cluster.objects.order_by("name").first()
         if cluster is not None:
-            initial["cluster"] = cluster.pk
             facts = generator_facts(cluster=cluster, offering=None, user=request.user)
-            if facts.namespaces:
+            if facts.namespaces:  # a cluster whose namespaces the user cannot use would open on an error
+                initial["cluster"] = cluster.pk
                 initial["namespace"] = facts.namespaces[0]
         return initial
 

@@ -25,6 +25,7 @@ from inventory.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import is_dns_subdomain
 from inventory.models import Cluster
 from inventory.selectors import admission_policy_unavailable_reason, dra_unavailable_reason
+from portal.formatting import duration_text
 from portal.models import (
     EXCEPTION_KEY_MAX,
     AccessKind,
@@ -105,7 +106,7 @@ def _validate_window(policy: AccessPolicy, window: Any) -> dt.timedelta:
     if not isinstance(window, dt.timedelta) or window <= dt.timedelta(0):
         raise AccessError("The window must be a positive duration.")
     if window > policy.max_window:
-        raise AccessError(f"The window may be at most {policy.max_window} for this kind of exception.")
+        raise AccessError(f"The window may be at most {duration_text(policy.max_window)} for this kind of exception.")
     return window
 
 
@@ -240,9 +241,10 @@ def _review(actor: Any, request_id: int, approve: bool, comment: str, now: dt.da
     if request.state == RequestState.APPROVED:
         grant = _issue_grant(actor, request, now)
     if request.state != RequestState.SUBMITTED:
-        outcome = f"was approved: grant {grant.pk} is being applied" if grant else f"was denied: {comment[:200]}"
+        outcome = (f"was approved: grant {grant.pk} is being applied" if grant
+                   else f"was denied: {comment.strip()[:120]}")
         notify(users=[request.requested_by], subject=f"Access request #{request.pk} {outcome}",
-               url=request.get_absolute_url())
+               body="" if grant else f"Reason: {comment.strip()}", url=request.get_absolute_url())
     return request, False
 
 

@@ -35,6 +35,7 @@ from portal.models import (
     Violation,
     sees_all_tenants,
 )
+from portal.notifications import notifications_read
 
 MAX_WINDOW = dt.timedelta(days=366)
 
@@ -170,6 +171,7 @@ class AccessRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin,
         data.is_valid(raise_exception=True)
         access_request_review(actor=request.user, request_id=target.pk, approve=approve,
                               comment=data.validated_data["comment"])
+        notifications_read(request.user, target.get_absolute_url())  # acted on: no longer news in the inbox
         return self._respond(target.pk)
 
     @extend_schema(request=ReviewInputSerializer, responses=AccessRequestSerializer)

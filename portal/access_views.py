@@ -5,6 +5,7 @@ manifests to download for clusters where the portal may not write them."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import yaml
@@ -23,6 +24,7 @@ from inventory.errors import PortalError
 from inventory.models import Cluster
 from portal.access import (
     IN_FORCE,
+    access_policy,
     access_request_create,
     access_request_review,
     access_request_withdraw,
@@ -32,7 +34,9 @@ from portal.access import (
 )
 from portal.access_api import visible_violations
 from portal.enforcement import privileged_documents
+from portal.formatting import duration_text
 from portal.models import AccessKind, AccessRequest, Grant, TenantMembership, TenantNamespace, Violation
+from portal.notifications import notifications_read
 from portal.roles import Role, user_has_role
 
 
@@ -55,6 +59,26 @@ class AccessRequestForm(forms.Form):
     def __init__(self, targets: list[tuple[str, str]], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["target"].choices = targets
+        # The limits are said before submit: the window's maximum per kind (policy), the service account only for
+        # privileged (portal.js disables it for adminAccess and swaps the maximum when the kind changes).
+        self.max_hours = {kind: access_policy(kind).max_window.total_seconds() / 3600 for kind in AccessKind.values}
+        limits = "; ".join(f"{AccessKind(kind).label}: at most {duration_text(dt.timedelta(hours=hours))}"
+                           for kind, hours in self.max_hours.items())
+        window = self.fields["window_hours"]
+        window.help_text = limits
+        window.widget.attrs.update({"data-max-hours": json.dumps(self.max_hours), "step": "any",
+                                    "max": f"{max(self.max_hours.values()):g}"})
+        self.fields["kind"].widget.attrs["data-controls"] = "access-scope"
+        self.fields["service_account"].help_text = "Privileged only: adminAccess covers the whole namespace."
+        self.fields["workload"].help_text = "Privileged only."
+
+    def clean(self) -> dict[str, Any]:
+        values = super().clean()
+        kind, hours = values.get("kind"), values.get("window_hours")
+        if kind in self.max_hours and hours is not None and float(hours) > self.max_hours[kind]:
+            limit = duration_text(dt.timedelta(hours=self.max_hours[kind]))
+            self.add_error("window_hours", f"{AccessKind(kind).label} is granted for at most {limit}.")
+        return values
 
     def service_kwargs(self) -> dict[str, Any]:
         values = self.cleaned_data
@@ -120,6 +144,9 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
         in_force = grant is not None and grant.state in IN_FORCE
         return render(request, "portal/access_request.html", {
             "ar": access_request, "grant": grant, "reviews": access_request.reviews.select_related("reviewer"),
+            # polled while other reviewers or the enforcement worker still move them (portal/_live_state.html)
+            "ar_live": access_request.state == AccessRequest.State.SUBMITTED,
+            "grant_live": grant is not None and grant.state == Grant.State.PENDING,
             "uses": grant.uses.all() if grant else [], "violations": grant.violations.all() if grant else [],
             "trail": _trail(access_request, grant),
             "can_review": reviewable_by(user, access_request),
@@ -154,6 +181,7 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
         except PortalError as exc:
             messages.error(request, str(exc))
             return redirect(access_request)
+        notifications_read(request.user, access_request.get_absolute_url())
         messages.success(request, f"Request #{target.pk}: {action} recorded.")
         return redirect(target)
 

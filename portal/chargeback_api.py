@@ -131,11 +131,13 @@ class ChargebackView(_ChargebackBase):
         found, window = self._pieces(request)
         rows = cb.aggregate(found, dimensions)
         if request.accepted_renderer.format == "csv":
+            # named like the FOCUS export: what it is and the window, so downloads sort and never clash
+            span = f"{window['start']:%Y%m%d}-{window['end']:%Y%m%d}"
             if request.query_params.get("detail") == "intervals":
                 self.csv_header = tuple(PieceSerializer().fields)
-                return Response([cb.piece_json(p) for p in found])
+                return _attachment(Response([cb.piece_json(p) for p in found]), f"chargeback-intervals-{span}.csv")
             self.csv_header = ("period_start", *dimensions, *ChargebackTotalSerializer().fields)
-            return Response(rows)
+            return _attachment(Response(rows), f"chargeback-{'-'.join(dimensions) or 'total'}-{span}.csv")
         report: dict[str, Any] = {"window": {"start": window["start"], "end": window["end"]}, "step": window["step"],
                                   "aggregate": list(dimensions), "rows": rows, "totals": cb.totals(found)}
         if request.query_params.get("idle") in ("1", "true") and sees_all_tenants(request.user):
@@ -165,6 +167,10 @@ class FocusExportView(_ChargebackBase):
         found, window = self._pieces(request)
         response = Response(cb.focus_rows(found))
         if request.accepted_renderer.format == "csv":
-            name = f"focus-{window['start']:%Y%m%d}-{window['end']:%Y%m%d}.csv"
-            response["Content-Disposition"] = f'attachment; filename="{name}"'
+            _attachment(response, f"focus-{window['start']:%Y%m%d}-{window['end']:%Y%m%d}.csv")
         return response
+
+
+def _attachment(response: Response, name: str) -> Response:
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

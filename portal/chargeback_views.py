@@ -14,10 +14,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
+from catalog.models import Offering
 from portal import chargeback as cb
+from portal.formatting import money_text
 from portal.models import Tenant, sees_all_tenants
 
-CHART_WIDTH, CHART_HEIGHT = 720, 160
+CHART_WIDTH, CHART_HEIGHT = 720, 200
+LEFT, RIGHT, TOP, BOTTOM = 64, 712, 12, 172  # plot area inside the SVG: room for the value axis and the dates
 
 
 def _month(text: str) -> dt.datetime:
@@ -29,17 +32,25 @@ def _month(text: str) -> dt.datetime:
         return dt.datetime(now.year, now.month, 1, tzinfo=dt.UTC)
 
 
-def chart(days: list[tuple[dt.datetime, Decimal]]) -> dict[str, Any]:
-    """Bars of the cost per day, scaled to the largest day."""
+def chart(days: list[tuple[dt.datetime, Decimal]], currency: str = "") -> dict[str, Any]:
+    """Bars of the cost per day on axes: the value axis in the currency (0, half, the highest day), a date under the
+    first day and every fifth."""
     top = max((cost for _, cost in days), default=Decimal(0))
-    width = CHART_WIDTH / max(len(days), 1)
+    width = (RIGHT - LEFT) / max(len(days), 1)
+    plot = BOTTOM - TOP
     bars = []
     for index, (day, cost) in enumerate(days):
-        height = float(cost / top) * (CHART_HEIGHT - 20) if top else 0.0
-        bars.append({"x": round(index * width + 1, 1), "y": round(CHART_HEIGHT - height, 1),
+        height = float(cost / top) * plot if top else 0.0
+        bars.append({"x": round(LEFT + index * width + 1, 1), "y": round(BOTTOM - height, 1),
                      "width": round(max(width - 2, 1), 1), "height": round(height, 1),
-                     "label": f"{day:%Y-%m-%d}: {cost.quantize(Decimal('0.01'))}"})
-    return {"bars": bars, "width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top}
+                     "label": f"{day:%Y-%m-%d}: {money_text(cost, currency)}"})
+    y_ticks = [(round(BOTTOM - plot * share, 1), money_text(top * Decimal(share), ""))
+               for share in (0, 0.5, 1)] if top else [(BOTTOM, "0")]
+    x_ticks = [(round(LEFT + (index + 0.5) * width, 1), f"{day:%b} {day.day}")
+               for index, (day, _) in enumerate(days) if index % 5 == 0]
+    return {"bars": bars, "width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top, "currency": currency,
+            "left": LEFT, "right": RIGHT, "bottom": BOTTOM, "label_x": LEFT - 6, "label_y": BOTTOM + 16,
+            "y_ticks": y_ticks, "x_ticks": x_ticks}
 
 
 class ChargebackView(LoginRequiredMixin, TemplateView):
@@ -58,14 +69,23 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         for piece in found:
             per_day[piece.period_start] += piece.cost
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
+        currencies = sorted({piece.currency for piece in found if piece.currency})
         monthly = cb.aggregate(found, dimensions, period=start)  # the daily pieces, summed over the month
+        tenants = {t.slug: t for t in Tenant.objects.visible_to(user).order_by("name")}
+        offerings = dict(Offering.objects.filter(slug__in={r.get("offering") for r in monthly})
+                         .values_list("slug", "name"))
+        for row in monthly:  # names for people; the CSV keeps the slugs
+            row["tenant_obj"] = tenants.get(row.get("tenant") or "")
+            row["offering_name"] = offerings.get(row.get("offering") or "", row.get("offering") or "")
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")
         context.update({
             "finance": finance, "month": f"{start:%Y-%m}", "start": start, "end": end, "rows": monthly,
-            "dimensions": dimensions, "totals": cb.totals(found), "chart": chart(days), "tenant": tenant,
-            "tenants": Tenant.objects.visible_to(user).order_by("name"),
+            "dimensions": dimensions, "totals": cb.totals(found), "tenant": tenant,
+            # one currency per chart: days mixing currencies cannot be summed (the totals say each one)
+            "chart": chart(days, currencies[0] if len(currencies) == 1 else ""), "currencies": currencies,
+            "tenants": tenants.values(), "tenant_obj": tenants.get(tenant or ""),
             "csv_url": f"{api}?{urlencode({**query, 'format': 'csv'})}",
             "detail_url": f"{api}?{urlencode({**query, 'format': 'csv', 'detail': 'intervals'})}",
             "focus_url": f"{reverse('portal-api:chargeback-focus')}?{urlencode({k: v for k, v in query.items() if k in ('window', 'tenant')})}",

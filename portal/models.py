@@ -129,7 +129,7 @@ class QuotaPolicy(models.Model):
     approvals_above = models.PositiveSmallIntegerField(default=2)
 
     def __str__(self) -> str:
-        return f"{self.offering_id}: {self.approvals} (>{self.threshold_units}: {self.approvals_above})"
+        return f"{self.offering.name}: {self.approvals} (>{self.threshold_units}: {self.approvals_above})"
 
 
 DEFAULT_APPROVALS, DEFAULT_THRESHOLD, DEFAULT_APPROVALS_ABOVE = 1, 16, 2
@@ -178,7 +178,8 @@ class QuotaRequest(models.Model):
         indexes = [models.Index(fields=["cluster", "namespace", "state"], name="portal_quotareq_ns_state")]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.units} x {self.offering_id} in {self.namespace} ({self.state})"
+        # what the audit log shows for the object (target_repr): names, not database ids
+        return f"Quota request #{self.pk}: {self.units} \u00d7 {self.offering.name} in {self.namespace} ({self.state})"
 
 
 class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
+from django.utils import timezone
 
 from portal.models import Notification
 from portal.roles import Role
@@ -33,6 +34,11 @@ def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "")
 
     transaction.on_commit(mail)
     return len(recipients)
+
+
+def notifications_read(user: Any, url: str) -> int:
+    """The user acted on what these notifications point at: they are no longer news."""
+    return Notification.objects.filter(user=user, url=url, read_at__isnull=True).update(read_at=timezone.now())
 
 
 def users_with_role(role: Role) -> list[Any]:

@@ -103,6 +103,13 @@ def desired_hard(cluster_id: int, namespace: str, *, now: dt.datetime | None = N
     return {key: str(value) for key, value in sorted(totals.items())}
 
 
+def granted_units(cluster_id: int, offering: Offering, hard: dict[str, str]) -> int:
+    """What a namespace's portal quota (`desired_hard`) grants on the offering's quota key: the total a new request
+    adds to."""
+    key = quota_keys(offering, extended_resource_name=_extended_name(cluster_id, offering))[0]
+    return int(hard.get(key, 0))
+
+
 def managed_keys(cluster_id: int, namespace: str) -> set[str]:
     """Every quota key the portal has granted in the namespace (live or ended): the keys it owns there."""
     keys: set[str] = set()
@@ -195,9 +202,10 @@ def _notify_submitted(request: QuotaRequest) -> None:
                    f"{request.namespace}", body=request.justification[:1000], url=_url(request))
 
 
-def _notify_requester(request: QuotaRequest, what: str) -> None:
+def _notify_requester(request: QuotaRequest, what: str, *, reason: str = "") -> None:
+    body = f"{request.units} x {request.offering.name} in {request.namespace}"
     notify(users=[request.requested_by], subject=f"Quota request #{request.pk} {what}",
-           body=f"{request.units} x {request.offering.name} in {request.namespace}", url=_url(request))
+           body=f"Reason: {reason}\n{body}" if reason else body, url=_url(request))
 
 
 @transaction.atomic(durable=True)
@@ -246,6 +254,8 @@ def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment:
         if previous.decision == ("approve" if approve else "deny"):
             return request  # idempotent repeat
         raise QuotaStateError("You have already decided this request.")
+    if not approve and not (comment or "").strip():
+        raise QuotaRequestError("Say why you deny it: the requester reads the reason.")
     if request.state != State.SUBMITTED:
         raise QuotaStateError(f"Cannot decide a request that is {request.get_state_display().lower()}.")
     if request.ends_at is not None and request.ends_at <= timezone.now():
@@ -267,7 +277,7 @@ def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment:
         _enqueue_apply(request)
         _notify_requester(request, "was approved and is being applied")
     elif request.state == State.DENIED:
-        _notify_requester(request, f"was denied: {comment[:200]}")
+        _notify_requester(request, f"was denied: {comment.strip()[:120]}", reason=comment.strip())
     return request
 
 

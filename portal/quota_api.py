@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -19,6 +20,7 @@ from inventory.api.fields import SlugRelatedField
 from inventory.k8s.semantics import parse_quantity
 from inventory.models import Cluster, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
+from portal.notifications import notifications_read
 from portal.quota import (
     quota_keys,
     quota_request_create,
@@ -168,6 +170,7 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
     def _act(self, request: Request, service: Any, **kwargs: Any) -> Response:
         target = self.get_object()
         service(actor=request.user, request_id=target.pk, **kwargs)
+        notifications_read(request.user, reverse("portal:quota_request_detail", kwargs={"pk": target.pk}))
         return Response(self.get_serializer(self.get_queryset().get(pk=target.pk)).data)
 
     @extend_schema(request=DecisionInputSerializer, responses=QuotaRequestSerializer)

@@ -3,6 +3,7 @@ queue, the platform admins' oversubscription view, and the inbox."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views import View
 from django.views.generic import ListView, TemplateView
@@ -18,7 +20,11 @@ from django.views.generic import ListView, TemplateView
 from catalog.models import Offering, OfferingCapacity
 from inventory.errors import PortalError
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
+from portal.notifications import notifications_read
 from portal.quota import (
+    MAX_UNITS,
+    desired_hard,
+    granted_units,
     quota_request_create,
     quota_request_decide,
     quota_request_reduce,
@@ -32,18 +38,51 @@ from portal.roles import Role, user_has_role
 class QuotaRequestForm(forms.Form):
     target = forms.ChoiceField(label="Namespace")
     offering = forms.ModelChoiceField(queryset=Offering.objects.browsable().order_by("name"), to_field_name="slug")
-    units = forms.IntegerField(min_value=1, max_value=10_000)
+    units = forms.IntegerField(min_value=1, max_value=MAX_UNITS, label="Increase by (units)",
+                               help_text="Added to what the namespace is granted now.")
     ends_at = forms.DateTimeField(required=False, label="Until (empty: open-ended)",
                                   widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
+    over_capacity = forms.BooleanField(required=False, label="Beyond physical capacity on purpose",
+                                       help_text="Required when the total exceeds the cards the cluster has; say why "
+                                                 "in the justification.")
 
     def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        led = TenantNamespace.objects.filter(
+        led = list(TenantNamespace.objects.filter(
             tenant__memberships__user=user, tenant__memberships__role=TenantMembership.Role.LEAD
-        ).select_related("cluster").order_by("cluster__name", "namespace")
+        ).select_related("cluster").order_by("cluster__name", "namespace"))
         self.fields["target"].choices = [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
                                          for tn in led]
+        self.figures = _figures(led, list(self.fields["offering"].queryset))
+        self.figures_json = json.dumps(self.figures)  # read by portal.js (a data attribute: no inline script)
+
+    def clean(self) -> dict[str, Any]:
+        """The resulting total against physical capacity: beyond it only when the lead says so on purpose."""
+        values = super().clean()
+        target, offering, units = values.get("target"), values.get("offering"), values.get("units")
+        if target is None or offering is None or units is None:
+            return values
+        total = self.figures["granted"].get(f"{target}|{offering.slug}", 0) + units
+        physical = self.figures["physical"].get(f"{target.split('/', 1)[0]}|{offering.slug}")
+        if physical and total > physical and not values.get("over_capacity"):
+            self.add_error("over_capacity", f"{total:,} units in total exceed the {physical:,} physical units of "
+                                            f"{offering.name} in this cluster: tick this and say why in the "
+                                            "justification, or ask for fewer.")
+        return values
+
+
+def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str, dict[str, int]]:
+    """For the form's live total: units granted per (namespace, offering) and physical units per (cluster,
+    offering) from the last capacity recomputation."""
+    granted: dict[str, int] = {}
+    for tn in led:
+        hard = desired_hard(tn.cluster_id, tn.namespace)
+        for offering in offerings:
+            granted[f"{tn.cluster_id}/{tn.namespace}|{offering.slug}"] = granted_units(tn.cluster_id, offering, hard)
+    physical = {f"{row.cluster_id}|{row.offering.slug}": row.quota_capacity for row in OfferingCapacity.objects.filter(
+        cluster_id__in={tn.cluster_id for tn in led}).select_related("offering") if row.quota_capacity}
+    return {"granted": granted, "physical": physical}
 
 
 class QuotaView(LoginRequiredMixin, TemplateView):
@@ -76,12 +115,18 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         return self.render_to_response(self.get_context_data(form=form))
 
 
+# States the workers or other approvers move on without the viewer: the page polls its badge until it leaves them.
+LIVE_STATES = frozenset({QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING,
+                         QuotaRequest.State.FAILED})
+
+
 class QuotaRequestDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         quota_request = get_object_or_404(QuotaRequest.objects.visible_to(request.user).select_related(
             "offering", "cluster", "tenant", "requested_by"), pk=pk)
         return render(request, "portal/quota_request.html", {
             "qr": quota_request, "context": request_context(quota_request),
+            "qr_live": quota_request.state in LIVE_STATES,
             "decisions": quota_request.decisions.select_related("approver"),
             "can_decide": user_has_role(request.user, Role.APPROVER)
             and quota_request.requested_by_id != request.user.pk and quota_request.state == "submitted",
@@ -118,6 +163,7 @@ class QuotaRequestDetailView(LoginRequiredMixin, View):
         except PortalError as exc:
             messages.error(request, str(exc))
         else:
+            notifications_read(request.user, reverse("portal:quota_request_detail", kwargs={"pk": pk}))
             messages.success(request, f"Request #{pk}: {action} recorded.")
         return redirect("portal:quota_request_detail", pk=pk)
 

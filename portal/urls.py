@@ -15,6 +15,7 @@ class SwaggerView(SpectacularSwaggerSplitView):
     """Swagger UI whose initialisation script is a separate URL, so the page needs no inline script (CSP)."""
 
     token_scope = "*"  # noqa: S105
+    template_name = "portal/api_docs.html"  # inside the portal's page: header, navigation and a way back
 
 
 handler404 = "portal.views.not_found"  # JSON under /api/

@@ -42,18 +42,44 @@ def _nodes(count: int) -> str:
     return f"{count} node{'s' * (count != 1)}"
 
 
+def _kinds(modes: list[str]) -> str:
+    return " or ".join(sorted({"MIG slices" if mode.startswith("MIG") else "time-slicing/MPS replicas"
+                               for mode in modes}))
+
+
+def _accepts(ctx: _Pod, node: NodeInfo) -> bool:
+    """The pod's own node selector and required node affinity let it onto the node."""
+    if any(node.labels.get(key) != value for key, value in ctx.node_selector.items()):
+        return False
+    return ctx.required_terms is None or any(term_matches(term, node.labels, node.name)
+                                             for term in ctx.required_terms)
+
+
+def _wants_whole_cards(snapshot: ClusterSnapshot, ctx: _Pod, resource: str) -> bool:
+    """True when the nodes the pod's selector and affinity accept sell `resource` only as whole cards: the pod is
+    pinned to a whole-card offering, and nodes selling shared units (time-slicing, MPS, MIG) are no way out."""
+    return not any(_shared_mode(snapshot, name, resource) for name, node in snapshot.nodes.items()
+                   if resource in node.allocatable and _accepts(ctx, node))
+
+
 def _what_if(snapshot: ClusterSnapshot, ctx: _Pod, blocked: list[str], allowed: set[str] | None,
-             evaluate: Evaluate, change: str) -> str:
+             evaluate: Evaluate, change: str, *, whole_cards: bool = False) -> str:
     results = evaluate(snapshot, ctx, blocked, allowed)
     fits = sorted(name for name, result in results.items() if result is None)
+    resource = _main_resource(ctx)
+    if whole_cards:  # a whole-card workload is never told to move to shared units (the offering's unit kind)
+        shared = [name for name in fits if _shared_mode(snapshot, name, resource)]
+        fits = [name for name in fits if name not in shared]
+        if shared and not fits:
+            modes = [_shared_mode(snapshot, name, resource) for name in shared]
+            return (f"{change}, only {_nodes(len(shared))} selling {resource} as {_kinds(modes)} would take it "
+                    f"({_names(shared)}), not whole cards: keep it")
     if fits:
         text = f"{change}, {len(fits)} more node{'s' * (len(fits) != 1)} would fit: {_names(fits)}"
-        resource = _main_resource(ctx)
         modes = [mode for name in fits if (mode := _shared_mode(snapshot, name, resource))]
         if modes:
-            kinds = ("MIG slices" if mode.startswith("MIG") else "time-slicing/MPS replicas" for mode in modes)
             text += (f" ({'all' if len(modes) == len(fits) else len(modes)} of them sell {resource} as "
-                     f"{' or '.join(sorted(set(kinds)))}, not whole cards)")
+                     f"{_kinds(modes)}, not whole cards)")
         return text
     return (f"{change} alone is not enough: {'that node then fails' if len(blocked) == 1 else 'those nodes then fail'} "
             f"on {_summary(results)}")
@@ -80,7 +106,8 @@ def _taint_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Res
     targets = [name for name in blocked if any(_taint_key(t) == (key, value, effect)
                                                for t in snapshot.nodes[name].taints)]
     return [f"taint {text} blocks {_nodes(count)}; "
-            + _what_if(snapshot, relaxed, targets, allowed, evaluate, f"with a toleration for {text}")]
+            + _what_if(snapshot, relaxed, targets, allowed, evaluate, f"with a toleration for {text}",
+                       whole_cards=_wants_whole_cards(snapshot, ctx, _main_resource(ctx)))]
 
 
 def _selector_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Result | None],
@@ -104,8 +131,9 @@ def _selector_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _
     if not options:
         return []
     count, what, relaxed, targets = max(options, key=lambda option: option[0])
+    whole_cards = _wants_whole_cards(snapshot, ctx, _main_resource(ctx))
     return [f"{what} excludes {_nodes(count)}; "
-            + _what_if(snapshot, relaxed, targets, allowed, evaluate, f"without {what}")]
+            + _what_if(snapshot, relaxed, targets, allowed, evaluate, f"without {what}", whole_cards=whole_cards)]
 
 
 def _main_resource(ctx: _Pod) -> str:

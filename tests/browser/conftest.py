@@ -47,3 +47,16 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     yield page
     context.close()
+
+
+def log_in_as(browser: Browser, live_server, username: str, width: int = 1366, path: str = "") -> Page:
+    """A fresh browser context at `width` px, logged in as `username` (password "pw"), on `path` or their landing
+    page. The caller closes `page.context`."""
+    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/login/" + (f"?next={path}" if path else ""))
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    return page

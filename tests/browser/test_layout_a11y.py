@@ -17,6 +17,7 @@ from portal.access import access_request_create
 from portal.models import AccessKind
 from portal.quota import quota_request_create
 from portal.roles import Role
+from tests.browser.conftest import log_in_as
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 from tests.tools import require_tool
@@ -71,17 +72,6 @@ def portal(live_demo):
     return {"cluster": cluster, "long_pages": long_pages}
 
 
-def _log_in(browser: Browser, live_server, username: str, width: int) -> Page:
-    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
-    return page
-
-
 def _axe(page: Page) -> list[str]:
     """Serious and critical violations on the page, one line each."""
     page.evaluate(AXE.read_text(encoding="utf-8"))  # evaluated through the DevTools protocol: the CSP does not apply
@@ -116,7 +106,7 @@ def test_every_page_of_every_persona_fits_and_has_no_serious_accessibility_viola
     problems: list[str] = []
     for username, paths in PAGES.items():
         for width in WIDTHS:
-            page = _log_in(browser, live_server, username, width)
+            page = log_in_as(browser, live_server, username, width)
             errors: list[str] = []
             page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
             for path in [*paths, *portal["long_pages"].get(username, [])]:
@@ -137,7 +127,7 @@ def test_every_page_of_every_persona_fits_and_has_no_serious_accessibility_viola
 
 
 def test_the_menu_collapses_on_a_phone_and_log_out_stays_on_screen(browser: Browser, live_server, portal) -> None:
-    phone = _log_in(browser, live_server, "ada", 390)
+    phone = log_in_as(browser, live_server, "ada", 390)
     nav, toggle = phone.locator("#site-nav"), phone.locator(".nav-toggle")
     expect(toggle).to_be_visible()
     expect(nav).to_be_hidden()
@@ -150,7 +140,7 @@ def test_the_menu_collapses_on_a_phone_and_log_out_stays_on_screen(browser: Brow
     expect(toggle).to_be_focused()
     phone.context.close()
 
-    laptop = _log_in(browser, live_server, "ada", 1366)
+    laptop = log_in_as(browser, live_server, "ada", 1366)
     expect(laptop.locator(".nav-toggle")).to_be_hidden()
     log_out = laptop.get_by_role("button", name="Log out")
     expect(log_out).to_be_visible()
@@ -163,7 +153,7 @@ def test_the_menu_collapses_on_a_phone_and_log_out_stays_on_screen(browser: Brow
 
 def test_each_role_lands_where_its_work_is(browser: Browser, live_server, portal) -> None:
     for username, path in LANDING.items():
-        page = _log_in(browser, live_server, username, 1366)
+        page = log_in_as(browser, live_server, username, 1366)
         expect(page).to_have_url(f"{live_server.url}{path}")
         page.goto(f"{live_server.url}/")
         expect(page).to_have_url(f"{live_server.url}{path}")
@@ -174,7 +164,7 @@ def test_errors_are_the_portals_own_pages_with_navigation(browser: Browser, live
     from portal.models import Tenant
 
     other = Tenant.objects.create(slug="vision", name="Vision")
-    page = _log_in(browser, live_server, "mia", 1366)
+    page = log_in_as(browser, live_server, "mia", 1366)
     for path, status, heading in ((f"/tenants/{other.slug}/", 404, "Not found"), ("/no-such-page/", 404, "Not found"),
                                   ("/audit/", 403, "Not allowed")):
         response = page.goto(f"{live_server.url}{path}")

@@ -241,8 +241,8 @@ def test_finance_all_tenant_chargeback_csv_and_audit(browser: Browser, live_serv
     page = _page(browser, live_server, "fin", f"/chargeback/?month={month}")
     expect(page.locator("h1")).to_contain_text("Chargeback — all tenants")
     eur = page.locator("section.totals p.total[data-currency=EUR] b")
-    expect(eur).to_have_text(re.compile(r"^[\d.]+ EUR$"))
-    assert Decimal(eur.inner_text().split()[0]) > 0
+    expect(eur).to_have_text(re.compile(r"^\d{1,3}(,\d{3})*\.\d\d EUR$"))  # grouped thousands
+    assert Decimal(eur.inner_text().split()[0].replace(",", "")) > 0
     tenants = page.locator("table.chargeback tbody tr[data-tenant]")
     expect(tenants.first).to_be_visible()
     assert {"ml-inference"} <= set(tenants.evaluate_all("rows => rows.map(r => r.dataset.tenant)"))

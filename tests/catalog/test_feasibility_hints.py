@@ -86,3 +86,36 @@ def test_shared_units_are_called_out():
     assert result.schedulable
     assert ("on t4, nvidia.com/gpu units are time-slicing replicas (4 per physical GPU), not whole cards"
             in result.hints)
+
+
+SLICED = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+H100_POOL = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}]
+
+
+def test_a_whole_card_pod_is_never_told_to_drop_its_affinity_for_shared_units():
+    nodes = [gpu_node("h100-a", gpus=2, labels={"pool": "h100"}),
+             gpu_node("ts-a", gpus=32, labels={"pool": "shared", **SLICED}),
+             gpu_node("ts-b", gpus=32, labels={"pool": "shared", **SLICED})]
+    result = explain(gpu_pod(gpus=4, terms=H100_POOL), nodes)
+    assert not result.schedulable
+    assert ("the required node affinity excludes 2 nodes; without the required node affinity, only 2 nodes selling "
+            "nvidia.com/gpu as time-slicing/MPS replicas would take it (ts-a, ts-b), not whole cards: keep it"
+            in result.hints)
+    assert not any("would fit" in hint for hint in result.hints), result.hints
+
+
+def test_a_whole_card_pod_hears_only_of_whole_card_nodes_outside_its_affinity():
+    nodes = [gpu_node("h100-a", gpus=2, labels={"pool": "h100"}), gpu_node("a100-a", labels={"pool": "a100"}),
+             gpu_node("ts-a", gpus=32, labels={"pool": "shared", **SLICED})]
+    result = explain(gpu_pod(gpus=4, terms=H100_POOL), nodes)
+    assert ("the required node affinity excludes 2 nodes; without the required node affinity, 1 more node would "
+            "fit: a100-a") in result.hints
+
+
+def test_a_pod_pinned_to_shared_units_still_hears_of_them():
+    nodes = [gpu_node("ts-a", gpus=1, labels={"pool": "shared", **SLICED}),
+             gpu_node("ts-b", gpus=32, labels={"pool": "other", **SLICED})]
+    terms = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["shared"]}]}]
+    result = explain(gpu_pod(gpus=4, terms=terms), nodes)
+    assert ("the required node affinity excludes 1 node; without the required node affinity, 1 more node would "
+            "fit: ts-b (all of them sell nvidia.com/gpu as time-slicing/MPS replicas, not whole cards)") in result.hints

@@ -361,8 +361,11 @@ def test_api_flow_request_reviews_revoke_with_errors_and_scoping(world) -> None:
     pk = created.json()["id"]
     assert created.json()["state"] == "submitted"
     assert api(world["member"]).post(f"/api/v1/access-requests/{pk}/approve/", {}, format="json").status_code == 400
+    unread = Notification.objects.filter(url=f"/access/requests/{pk}/", read_at__isnull=True)
+    assert set(unread.values_list("user__username", flat=True)) == {"security", "security2"}
     first = api(world["sec1"]).post(f"/api/v1/access-requests/{pk}/approve/", {"comment": "ok"}, format="json")
     assert first.status_code == 200
+    assert set(unread.values_list("user__username", flat=True)) == {"security2"}  # acted on: read
     assert api(world["sec1"]).post(f"/api/v1/access-requests/{pk}/deny/", {"comment": "no"},
                                    format="json").status_code == 409  # already reviewed
     second = api(world["sec2"]).post(f"/api/v1/access-requests/{pk}/approve/", {}, format="json").json()

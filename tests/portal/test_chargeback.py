@@ -271,7 +271,7 @@ def test_statement_and_finance_pages(books, client) -> None:
     html = client.get("/chargeback/", {"month": "2026-11"}).content.decode()
     assert 'data-tenant="vision"' in html
     assert 'data-tenant="ml-research"' in html
-    assert "2619.50 EUR" in html
+    assert "2,619.50 EUR" in html
     assert client.get("/chargeback/", {"month": "2026-11", "tenant": "vision"}).context["rows"][0]["tenant"] == "vision"
     assert client.get("/chargeback/", {"month": "garbage"}).status_code == 200  # falls back to this month
 

@@ -17,7 +17,7 @@ from inventory.errors import ClusterUnreachableError
 from inventory.leases import lease_backend
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
-from portal.models import QuotaNamespaceState, QuotaRequest
+from portal.models import Notification, QuotaNamespaceState, QuotaRequest
 from portal.quota import (
     FIELD_MANAGER,
     QUOTA_NAME,
@@ -205,10 +205,17 @@ def test_who_may_request_and_decide(world, lead, approver, member) -> None:
         quota_request_decide(actor=lead, request_id=request.pk, approve=True)
     with pytest.raises(QuotaRequestError, match="Only approvers"):
         quota_request_decide(actor=member, request_id=request.pk, approve=True)
+    with pytest.raises(QuotaRequestError, match="Say why you deny it"):
+        quota_request_decide(actor=approver, request_id=request.pk, approve=False, comment="  ")
+    request.refresh_from_db()
+    assert request.state == State.SUBMITTED
     quota_request_decide(actor=approver, request_id=request.pk, approve=False, comment="no budget")
     quota_request_decide(actor=approver, request_id=request.pk, approve=False)  # idempotent repeat
     request.refresh_from_db()
     assert request.state == State.DENIED
+    told = Notification.objects.get(user=lead, subject__contains="denied")
+    assert told.subject == f"Quota request #{request.pk} was denied: no budget"
+    assert told.body.startswith("Reason: no budget")
     with pytest.raises(QuotaStateError):
         quota_request_withdraw(actor=lead, request_id=request.pk)
 

@@ -95,6 +95,7 @@ class Command(BaseCommand):
             call_command("demo_tenants")  # tenants mapped by the demo's namespace label, member/lead in ml-research
             call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
             call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
+            call_command("demo_history")  # 14 days of hourly capacity samples, so the charts show a curve
             celery = [python, "-m", "celery", "-A", "portal"]
             # Demo machines often run everything as root; Celery's warning about it would bury the banner.
             env["PYTHONWARNINGS"] = "ignore:You're running the worker with superuser privileges"
