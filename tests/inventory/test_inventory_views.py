@@ -82,8 +82,9 @@ def test_catalog_then_overview_lead_the_nav(client: Client, member: User) -> Non
     client.force_login(member)
     html = client.get(reverse("inventory:node_list")).content.decode()
     nav = html[html.index('id="site-nav"') :]
-    links = [chunk.split('"')[1] for chunk in nav.split("<a href=")[1:4]]
-    assert links == [reverse("catalog:offering_list"), reverse("catalog:generate"), reverse("inventory:overview")]
+    links = [chunk.split('"')[1] for chunk in nav.split("<a href=")[1:5]]
+    assert links == [reverse("catalog:offering_list"), reverse("catalog:generate"), reverse("catalog:validate"),
+                     reverse("inventory:overview")]
 
 
 # htmx partials ------------------------------------------------------------------------------------------------------
