@@ -43,7 +43,7 @@ class ValidationContext:
     gpu_node_count: int = 0
     cpu_only_node_count: int = 0
     device_classes: dict[str, dict[str, Any]] | None = None  # name → raw DeviceClass
-    quotas: dict[str, list[dict[str, Any]]] | None = None  # namespace → [{"name", "hard", "used"}]
+    quotas: dict[str, list[dict[str, Any]]] | None = None  # namespace → [{"name", "hard", "used", "spec"}]
     admin_access_namespaces: frozenset[str] | None = None
     feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]] | None = None
     dry_run: Callable[[list[dict[str, Any]]], list[Finding]] | None = None
@@ -215,7 +215,7 @@ def build_context(
             "name": name,
             "hard": as_dict(hard),
             "used": as_dict(used),
-            "scoped": bool(spec.get("scopes") or spec.get("scopeSelector")),
+            "spec": {k: spec[k] for k in ("scopes", "scopeSelector") if k in spec},
         })
     return ValidationContext(
         kubernetes_version=kubernetes_version,
