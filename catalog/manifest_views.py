@@ -15,6 +15,7 @@ from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.models import Cluster, Pod
+from inventory.selectors import evidence_events
 
 
 def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
@@ -140,4 +141,7 @@ class PodExplainView(LoginRequiredMixin, View):
         # Listed items carry no apiVersion/kind; the status is the scheduler's, not an input.
         manifest = {"apiVersion": "v1", "kind": "Pod", **{k: v for k, v in pod.raw.items() if k != "status"}}
         explanation = pod_explain(pod=manifest, cluster=pod.cluster, user=request.user)
-        return render(request, "catalog/_pod_explanation.html", {"pod": pod, **explanation_context(explanation)})
+        # What the cluster said about this pod (FailedScheduling, Allocate and DRA prepare failures …), with counts.
+        said = evidence_events(cluster_ids=[pod.cluster_id], uids=[pod.uid]).get(pod.uid, [])
+        return render(request, "catalog/_pod_explanation.html", {"pod": pod, "cluster_said": said,
+                                                                 **explanation_context(explanation)})

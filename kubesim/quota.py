@@ -191,6 +191,43 @@ class QuotaAdmission:
                 quota["status"] = self._status(quota, self._used(so.key[0], quota))
                 self._store.update("resourcequotas", quota, subresource="status", check_rv=False)
 
+    def limit_range_defaults(self, pod: dict) -> None:
+        """The LimitRanger admission plugin (it runs before quota): every container and init container gets, for
+        each resource it does not state, the `default` limit and the `defaultRequest` request of the namespace's
+        LimitRanges of type Container (a request still defaults to the container's own limit first)."""
+        namespace = _d(pod.get("metadata")).get("namespace") or ""
+        defaults: list[tuple[dict, dict]] = []
+        for so in self._store.sorted_objects("limitranges"):
+            if so.key[0] != namespace:
+                continue
+            for item in _l(_d(so.obj.get("spec")).get("limits")):
+                if _d(item).get("type") == "Container":
+                    defaults.append((_d(item.get("default")), _d(item.get("defaultRequest"))))
+        if not defaults:
+            return
+        spec = _d(pod.get("spec"))
+        for container in [*_l(spec.get("initContainers")), *_l(spec.get("containers"))]:
+            if not isinstance(container, dict):
+                continue
+            resources = container.setdefault("resources", {})
+            if not isinstance(resources, dict):
+                continue
+            limits, requests = resources.setdefault("limits", {}), resources.setdefault("requests", {})
+            if not isinstance(limits, dict) or not isinstance(requests, dict):
+                continue
+            for name, value in limits.items():
+                requests.setdefault(name, value)
+            for default, default_request in defaults:
+                for name, value in default.items():
+                    limits.setdefault(name, value)
+                for name, value in default_request.items():
+                    requests.setdefault(name, value)
+                for name, value in default.items():
+                    requests.setdefault(name, value)  # no defaultRequest: the request defaults to the limit
+            for key in ("limits", "requests"):
+                if not resources[key]:
+                    del resources[key]
+
     def admit_pod(self, pod: dict, *, dry_run: bool) -> None:
         """Refuse the pod if any matching quota would be exceeded; otherwise charge it (unless a dry run)."""
         meta = _d(pod.get("metadata"))

@@ -40,6 +40,7 @@ OBJECT_KIND_ORDER = (
     "Node",
     "ResourceSlice",
     "ResourceQuota",
+    "LimitRange",
     "ResourceClaimTemplate",
     "ResourceClaim",
     "Pod",

@@ -245,6 +245,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         )
 
         def admit(obj: dict, old: dict | None) -> None:
+            if r.rt.plural == "pods" and operation == "CREATE":
+                self.sim.quota.limit_range_defaults(obj)  # mutating admission (LimitRanger) comes first
             verdict = self.sim.admission.admit(attrs, obj, old)
             self.warnings.extend(verdict.warnings)
             if verdict.denial is not None:

@@ -9,6 +9,8 @@ What is counted (Kubernetes' quota evaluators, kubernetes-gpu-facts §1.6):
   ExactCount adds `count`, All adds 32 (the worst case), firstAvailable adds per class its largest subrequest.
   A standalone ResourceClaim counts once; a template counts once per pod that uses it.
 
+Pods are counted after the namespace's LimitRange defaults (the API server's LimitRanger runs before quota): a
+container without a cpu request gets the LimitRange's `defaultRequest`, and a quota on cpu then counts it.
 Every ResourceQuota of the namespace whose scope matches is checked (inventory/k8s/semantics/quota.py: scopes and
 `scopeSelector` — Terminating, BestEffort, PriorityClass… — decide per pod; Jobs and ResourceClaims, templates'
 claims included, are constrained by unscoped quotas only). Where several quotas constrain one key the tightest
@@ -18,7 +20,7 @@ binds: the layer names it and the effective limit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -45,6 +47,7 @@ from inventory.k8s.semantics import (
     quota_scope_problem,
     quota_scope_text,
     scope_matches_pod,
+    with_limit_range_defaults,
 )
 from inventory.k8s.semantics import quantity_or_none as quantity
 from inventory.podstatus import pod_extended_requests
@@ -131,6 +134,9 @@ def _collect(
 
     for holder in holders:
         demand = demand_for(holder.namespace, holder.index)
+        # What the API server charges: the pod after the namespace's LimitRange defaults (LimitRanger runs first).
+        holder = replace(holder, spec=with_limit_range_defaults(
+            holder.spec, (context.limit_ranges or {}).get(holder.namespace, [])))
         demand.holders.append(holder)
         pods, index = holder.pods, holder.index
         pod_part, objects = demand.part(holder.spec), demand.part(None)  # Jobs and claims: unscoped quotas only

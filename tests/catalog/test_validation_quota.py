@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from catalog.validation import Finding, ValidationContext, ValidationReport, validate_documents
+from inventory.k8s.semantics import limit_range_defaults
 from tests.catalog.test_validation import (
     NS,
     claim,
@@ -328,3 +329,20 @@ def test_documents_failing_the_schema_are_not_counted() -> None:
 def test_context_without_quotas_for_cluster_unaware_runs() -> None:
     report = validate_documents([gpu_pod()], ValidationContext())
     assert report.findings == []
+
+
+def test_limit_range_defaults_are_what_the_quota_counts() -> None:
+    bare = {"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    limit_ranges = {NS: limit_range_defaults([{"limits": [
+        {"type": "Container", "defaultRequest": {"cpu": "2", "memory": "8Gi"}, "default": {"cpu": "4"}},
+        {"type": "Pod", "max": {"cpu": "64"}}]}])}
+    hard = {"requests.cpu": "3", "limits.cpu": "100"}
+    without = check(pod(containers=[bare]), quotas=[quota(hard)])
+    assert {f.code for f in without.findings if f.layer == "quota"} >= {"quota-requires-resource"}
+    report = check(pod(containers=[bare]), quotas=[quota(hard)], limit_ranges=limit_ranges)
+    assert needs(report) == {"limits.cpu": "needs 4, 100 of 100 left", "requests.cpu": "needs 2, 3 of 3 left"}
+    assert "quota-requires-resource" not in codes(report, "quota")
+    # A container's own limit is its request first; the LimitRange fills only what is left out.
+    own = {**bare, "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "1"}}}
+    assert needs(check(pod(containers=[own]), quotas=[quota(hard)], limit_ranges=limit_ranges))[
+        "requests.cpu"] == "needs 1, 3 of 3 left"

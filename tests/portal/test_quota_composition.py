@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from audit.models import AuditEvent
 from catalog.validation import context_for_cluster, validate_manifest
 from inventory.k8s.semantics import effective_limits
-from inventory.models import ResourceQuota
+from inventory.models import LimitRange, ResourceQuota
 from inventory.services.clients import client_for
 from portal.models import QuotaNamespaceState, QuotaOwnership, QuotaRequest, Tenant
 from portal.quota import (
@@ -44,9 +44,10 @@ DEMO = Path(__file__).resolve().parents[2] / "kubesim" / "scenarios" / "demo.yam
 HIGH = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}
 
 
-def _scenario(quotas: list[dict[str, Any]]) -> dict[str, Any]:
+def _scenario(quotas: list[dict[str, Any]], objects: list[dict[str, Any]]) -> dict[str, Any]:
     spec = yaml.safe_load(DEMO.read_text())
     spec["quotas"] = [q for q in spec["quotas"] if q["namespace"] != NS] + [{"namespace": NS, **q} for q in quotas]
+    spec["objects"] = [*(spec.get("objects") or []), *objects]
     return spec
 
 
@@ -55,8 +56,8 @@ def compose(transactional_db: None, lead: Any, approver: Any) -> Iterator[Any]:
     """`compose(quotas)` serves the demo with these quotas in ml-research, synced, the lead owning it."""
     stack: list[Any] = []
 
-    def start(quotas: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
-        manager = live_cluster(_scenario(quotas), name="composed")
+    def start(quotas: list[dict[str, Any]], objects: list[dict[str, Any]] = ()) -> tuple[Any, Any, Any]:
+        manager = live_cluster(_scenario(quotas, list(objects)), name="composed")
         sim, cluster = manager.__enter__()
         stack.append(manager)
         give_namespaces(lead, cluster, NS, tenant_slug="ml-research", role="lead")
@@ -88,11 +89,13 @@ def _effective(cluster: Any, pod_spec: dict[str, Any] | None = None) -> tuple[in
     return int(limits[GPU].limit), limits[GPU].binding.quota
 
 
-def _pod(name: str, gpus: int, **spec: Any) -> dict[str, Any]:
+def _pod(name: str, gpus: int, requests: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"} if requests is None else requests,
+                 "limits": {"nvidia.com/gpu": str(gpus)}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
             "spec": {"restartPolicy": "Never", **spec, "containers": [{
                 "name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+                "resources": {k: v for k, v in resources.items() if v}}]}}
 
 
 def _admitted(sim: Any, document: dict[str, Any]) -> tuple[bool, str]:
@@ -239,3 +242,23 @@ def test_the_validators_verdict_is_what_the_simulators_admission_does(compose, l
     retry = _pod("too-big-again", 8)
     assert _verdict(cluster, retry) is True
     assert _admitted(sim, retry) == (True, "")
+
+
+def test_limit_range_is_synced_and_its_defaults_are_what_the_validator_and_admission_count(compose) -> None:
+    limit_range = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults", "namespace": NS},
+                   "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}, "default": {"cpu": "4"}}]}}
+    # 381 cpus requested in ml-research: 3 left.
+    sim, cluster, _ = compose([{"name": "gpu-quota", "hard": {GPU: "40", "requests.cpu": "384"}}], [limit_range])
+    assert LimitRange.objects.live().filter(cluster=cluster, namespace=NS, name="defaults").exists()
+    assert context_for_cluster(cluster).limit_ranges[NS] == [({"cpu": "4"}, {"cpu": "2"})]
+    results = []
+    for name in ("first", "second"):  # no cpu stated: the LimitRange's 2 cpus each; the second does not fit
+        document = _pod(name, 1, requests={})
+        expected = _verdict(cluster, document)
+        admitted, message = _admitted(sim, document)
+        assert admitted is expected, (name, message)
+        results.append(admitted)
+        sync_once(cluster)
+    assert results == [True, False]
+    charged = sim.store.get("pods", NS, "first")["spec"]["containers"][0]["resources"]
+    assert charged == {"limits": {"nvidia.com/gpu": "1", "cpu": "4"}, "requests": {"nvidia.com/gpu": "1", "cpu": "2"}}

@@ -43,10 +43,12 @@ from inventory.k8s.semantics.quota import (
     QuotaLimit,
     effective_limits,
     is_best_effort,
+    limit_range_defaults,
     quota_scope_problem,
     quota_scope_text,
     quota_scopes,
     scope_matches_pod,
+    with_limit_range_defaults,
 )
 from inventory.k8s.semantics.requests import (
     IMPLICIT_EXTENDED_PREFIX,
@@ -94,6 +96,7 @@ __all__ = [
     "label_selector_matches",
     "label_value_problem",
     "labels_match",
+    "limit_range_defaults",
     "node_selector_matches",
     "parse_quantity",
     "pod_resources",
@@ -110,4 +113,5 @@ __all__ = [
     "term_matches",
     "toleration_tolerates",
     "untolerated_taints",
+    "with_limit_range_defaults",
 ]

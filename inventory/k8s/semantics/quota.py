@@ -15,6 +15,11 @@ pkg/quota/v1/generic `Matches`):
 - CrossNamespacePodAffinity: a pod (anti-)affinity term with `namespaces` or a `namespaceSelector`.
 - An object that is not a pod (a ResourceClaim) is matched by unscoped quotas only (`MatchesNoScopeFunc`).
 
+LimitRange (the LimitRanger admission plugin, which runs before quota): each container and init container gets, for
+every resource it does not state, the `default` limit and the `defaultRequest` request of the namespace's
+LimitRanges of type Container (a container's request first defaults to its own limit; a LimitRange without
+`defaultRequest` defaults the request to `default`). That is what quota then charges.
+
 A quota whose scope cannot be read (unknown scope name or operator) matches nothing and is reported as unreadable;
 nothing here raises for malformed input.
 """
@@ -36,10 +41,12 @@ __all__ = [
     "QuotaLimit",
     "effective_limits",
     "is_best_effort",
+    "limit_range_defaults",
     "quota_scope_problem",
     "quota_scope_text",
     "quota_scopes",
     "scope_matches_pod",
+    "with_limit_range_defaults",
 ]
 
 QUOTA_SCOPES = frozenset({"Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass",
@@ -210,3 +217,48 @@ def effective_limits(quotas: Iterable[Mapping[str, Any]], pod_spec: Any | None =
             per_key.setdefault(key, []).append(QuotaLimit(name, hard, consumed, scope))
     return ({key: KeyLimit(key, tuple(sorted(found, key=lambda q: q.quota))) for key, found in sorted(per_key.items())},
             sorted(set(unreadable)))
+
+
+def limit_range_defaults(limit_ranges: Iterable[Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The Container (`default`, `defaultRequest`) pairs of LimitRange specs, in order; malformed items skipped."""
+    out = []
+    for spec in limit_ranges:
+        for item in as_list(as_dict(spec).get("limits")):
+            item = as_dict(item)
+            if item.get("type") == "Container" and (item.get("default") or item.get("defaultRequest")):
+                default = {k: v for k, v in as_dict(item.get("default")).items() if quantity_or_none(v) is not None}
+                request = {k: v for k, v in as_dict(item.get("defaultRequest")).items()
+                           if quantity_or_none(v) is not None}
+                out.append((default, {**default, **request}))
+    return out
+
+
+def with_limit_range_defaults(pod_spec: Any, defaults: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """A copy of the pod spec with the LimitRange defaults applied (the input is left alone). Returns the spec
+    itself when there is nothing to default."""
+    spec = as_dict(pod_spec)
+    if not defaults:
+        return spec
+    out = dict(spec)
+    for group in ("initContainers", "containers"):
+        if group not in spec:
+            continue
+        containers = []
+        for container in as_list(spec.get(group)):
+            if not isinstance(container, dict):
+                containers.append(container)
+                continue
+            resources = as_dict(container.get("resources"))
+            limits, requests = dict(as_dict(resources.get("limits"))), dict(as_dict(resources.get("requests")))
+            for name, value in limits.items():
+                requests.setdefault(name, value)
+            for default, default_request in defaults:
+                for name, value in default.items():
+                    limits.setdefault(name, value)
+                for name, value in default_request.items():
+                    requests.setdefault(name, value)
+            defaulted = {**resources, **({"limits": limits} if limits else {}),
+                         **({"requests": requests} if requests else {})}
+            containers.append({**container, "resources": defaulted})
+        out[group] = containers
+    return out
