@@ -31,6 +31,7 @@ from inventory.k8s.semantics import (
     format_quantity,
     is_best_effort,
     is_extended_resource,
+    limit_range_defaults,
     node_selector_matches,
     parse_quantity,
     pod_resources,
@@ -41,6 +42,7 @@ from inventory.k8s.semantics import (
     scope_matches_pod,
     toleration_tolerates,
     untolerated_taints,
+    with_limit_range_defaults,
 )
 from inventory.podstatus import pod_extended_requests
 
@@ -415,3 +417,25 @@ def test_effective_limit_is_the_tightest_matching_quota() -> None:
     assert limits["requests.nvidia.com/gpu"].binding.quota == "high"
     limits, _ = effective_limits(quotas, match_all=True)
     assert [q.quota for q in limits["requests.nvidia.com/gpu"].quotas] == ["gpu-quota", "high", "portal"]
+
+
+def test_limit_range_defaults_fill_only_what_a_container_leaves_out() -> None:
+    defaults = limit_range_defaults([
+        {"limits": [{"type": "Container", "default": {"cpu": "2", "nvidia.com/gpu": "1"},
+                     "defaultRequest": {"cpu": "500m"}},
+                    {"type": "Pod", "max": {"cpu": "8"}}, "junk", {"type": "Container", "default": {"memory": "x"}}]},
+        None,
+    ])
+    assert defaults == [({"cpu": "2", "nvidia.com/gpu": "1"}, {"cpu": "500m", "nvidia.com/gpu": "1"})]
+    spec = {"initContainers": [{"name": "init"}],
+            "containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}, {"name": "b"}, "bad"]}
+    out = with_limit_range_defaults(spec, defaults)
+    assert out["containers"][0]["resources"] == {"limits": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                                 "requests": {"cpu": "1", "nvidia.com/gpu": "1"}}
+    assert out["containers"][1]["resources"] == {"limits": {"cpu": "2", "nvidia.com/gpu": "1"},
+                                                 "requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}
+    assert out["initContainers"][0]["resources"]["requests"]["cpu"] == "500m"
+    assert out["containers"][2] == "bad"
+    assert spec["containers"][1] == {"name": "b"}  # the input is left alone
+    assert with_limit_range_defaults(spec, []) is spec
+    assert pod_resources({"spec": out}).requests["cpu"] == Fraction(3, 2)  # 1 + 0.5 (the init's 0.5 is less)

@@ -27,6 +27,7 @@ from portal.models import QuotaNamespaceState, QuotaOwnership, QuotaRequest, Ten
 from portal.quota import (
     FIELD_MANAGER,
     QUOTA_NAME,
+    is_accelerator_key,
     quota_apply,
     quota_request_create,
     quota_request_decide,
@@ -262,3 +263,14 @@ def test_limit_range_is_synced_and_its_defaults_are_what_the_validator_and_admis
     assert results == [True, False]
     charged = sim.store.get("pods", NS, "first")["spec"]["containers"][0]["resources"]
     assert charged == {"limits": {"nvidia.com/gpu": "1", "cpu": "4"}, "requests": {"nvidia.com/gpu": "1", "cpu": "2"}}
+
+
+@pytest.mark.parametrize(("key", "accelerator"), [
+    ("requests.nvidia.com/gpu", True), ("requests.nvidia.com/mig-1g.10gb", True),
+    ("gpu.nvidia.com.deviceclass.resource.k8s.io/devices", True),
+    ("requests.deviceclass.resource.kubernetes.io/gpu.nvidia.com", True),
+    ("requests.cpu", False), ("cpu", False), ("pods", False), ("limits.nvidia.com/gpu", False),
+    ("count/resourceclaims.resource.k8s.io", False), ("nvidia.com/gpu", False), (".deviceclass.resource.k8s.io/devices", False),
+])
+def test_the_portal_writes_only_accelerator_keys(key: str, accelerator: bool) -> None:
+    assert is_accelerator_key(key) is accelerator

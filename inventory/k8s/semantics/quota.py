@@ -229,7 +229,8 @@ def limit_range_defaults(limit_ranges: Iterable[Any]) -> list[tuple[dict[str, An
                 default = {k: v for k, v in as_dict(item.get("default")).items() if quantity_or_none(v) is not None}
                 request = {k: v for k, v in as_dict(item.get("defaultRequest")).items()
                            if quantity_or_none(v) is not None}
-                out.append((default, {**default, **request}))
+                if default or request:
+                    out.append((default, {**default, **request}))
     return out
 
 
