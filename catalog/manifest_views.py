@@ -16,7 +16,7 @@ from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.k8s.conversion import dra_to_v1, served_dra_version
 from inventory.models import Cluster, Pod
-from inventory.selectors import dra_served_version, dra_unavailable_reason
+from inventory.selectors import dra_served_version, dra_unavailable_reason, evidence_events
 
 
 def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
@@ -151,4 +151,7 @@ class PodExplainView(LoginRequiredMixin, View):
             return render(request, "catalog/_pod_explanation.html",
                           {"pod": pod, "unavailable": f"Claim explanations are unavailable on this cluster: {reason}"})
         explanation = pod_explain(pod=manifest, cluster=pod.cluster, user=request.user)
-        return render(request, "catalog/_pod_explanation.html", {"pod": pod, **explanation_context(explanation)})
+        # What the cluster said about this pod (FailedScheduling, Allocate and DRA prepare failures …), with counts.
+        said = evidence_events(cluster_ids=[pod.cluster_id], uids=[pod.uid]).get(pod.uid, [])
+        return render(request, "catalog/_pod_explanation.html", {"pod": pod, "cluster_said": said,
+                                                                 **explanation_context(explanation)})

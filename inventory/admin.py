@@ -245,6 +245,7 @@ class ResourceSliceAdmin(KubeObjectAdmin):
 for _model in (
     models.Namespace,
     models.ResourceQuota,
+    models.LimitRange,
     models.DeviceClass,
     models.ResourceClaim,
     models.ResourceClaimTemplate,

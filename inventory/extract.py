@@ -243,6 +243,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any], list[str]], dict[str, Any]]] = {
     "nodes": _node,
     "pods": _pod,
     "resourcequotas": _quota,
+    "limitranges": _nothing,
     "events": _event,
     "resourceslices": _slice,
     "deviceclasses": _device_class,

@@ -18,7 +18,7 @@ from django.views.generic import DetailView, TemplateView
 from django_filters.views import FilterView
 
 from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
-from inventory.models import Device, Finding, Node, Path, Pod
+from inventory.models import Device, Finding, Node, Path, Pod, ResourceClaim
 from inventory.overview import accelerator_overview
 from inventory.podstatus import pod_claim_served_resources
 from inventory.redaction import (
@@ -29,6 +29,7 @@ from inventory.redaction import (
     redact_tree,
     redact_value,
 )
+from inventory.selectors import evidence_events
 from inventory.views import HtmxPartialMixin
 
 # Columns the list pages render; the JSON detail columns stay in the database.
@@ -112,11 +113,30 @@ class DeviceDetailView(LoginRequiredMixin, DetailView):
         context["parent"] = redact_value("parent", device.parent, user)
         visible = holder_rule(user)
         context["holder_hidden"] = not visible(device.cluster_id, device.claim_namespace)
+        uids: list[str] = []
         if device.path == Path.DEVICE_PLUGIN:
             pods = device_plugin_pods(device)
             context["pods"] = [(pod, amount) for pod, amount in pods if visible(pod.cluster_id, pod.namespace)]
             context["other_pods"] = len(pods) - len(context["pods"])
+            uids = [pod.uid for pod, _amount in context["pods"]]
+        elif device.claim_name and not context["holder_hidden"]:
+            uids = holder_claim_uids(device)
+        # What the cluster said about the pods (and DRA claim) holding this device: Allocate and prepare failures.
+        context["events"] = [e for found in evidence_events(cluster_ids=[device.cluster_id], uids=uids).values()
+                             for e in found]
+        context["events"].sort(key=lambda e: e.last_seen or device.updated_at, reverse=True)
         return context
+
+
+def holder_claim_uids(device: Device) -> list[str]:
+    """The DRA claim holding the device and the pods it is reserved for (status.reservedFor): whose events count."""
+    raw = (ResourceClaim.objects.live().filter(cluster_id=device.cluster_id, namespace=device.claim_namespace,
+                                               name=device.claim_name).values_list("uid", "raw").first())
+    if raw is None:
+        return []
+    uid, claim = raw
+    reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+    return [uid, *(str(r.get("uid") or "") for r in reserved if isinstance(r, dict))]
 
 
 def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
@@ -126,7 +146,7 @@ def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
     pods = (
         Pod.objects.live()
         .filter(cluster_id=device.cluster_id, node_name=device.node_name, accelerator=True)
-        .only("pk", "cluster_id", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
+        .only("pk", "cluster_id", "uid", "namespace", "name", "phase", "stage", "extended_requests", "restarts")
         .annotate(claim_status=F("raw__status__extendedResourceClaimStatus"))
         .order_by("namespace", "name")[:NODE_PODS_SCANNED]
     )
@@ -166,6 +186,10 @@ class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
+        pods = list(context["page_obj"])
+        events = evidence_events(cluster_ids={p.cluster_id for p in pods}, uids=[p.uid for p in pods])
+        for pod in pods:
+            pod.evidence = events.get(pod.uid, [])
         context["stages"] = PENDING_STAGES
         context["stage"] = self.filterset.form.cleaned_data.get("stage") if self.filterset.is_bound else ""
         return context

@@ -10,6 +10,7 @@ MODELS: dict[str, type[models.KubeObject]] = {
     "nodes": models.Node,
     "pods": models.Pod,
     "resourcequotas": models.ResourceQuota,
+    "limitranges": models.LimitRange,
     "events": models.Event,
     "resourceslices": models.ResourceSlice,
     "deviceclasses": models.DeviceClass,

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from inventory.k8s.discovery import DRA_KINDS, VAP_KINDS, ApiDiscovery
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.kinds import MODELS, SYNCED_KINDS
-from inventory.models import Cluster, Node, Pod, SyncState
+from inventory.models import Cluster, Event, Node, Pod, SyncState
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
@@ -210,3 +210,60 @@ def cluster_capabilities(cluster: Cluster) -> list[dict[str, str]]:
     lines.append({"feature": "Events", "state": "converted" if events else "available",
                   "text": events or "core/v1 (events.k8s.io/v1 also served)"})
     return lines
+# Events that are evidence of why an accelerator pod does not run (scheduler, kubelet, device plugins, DRA drivers).
+EVIDENCE_REASONS = frozenset({
+    "FailedScheduling",  # scheduler: the breakdown per node
+    "FailedMount", "FailedAttachVolume",  # kubelet: volumes (CDI specs, driver sockets)
+    "FailedCreatePodSandBox",  # kubelet: runtime/CNI, e.g. a runtime class without the NVIDIA runtime
+    "UnexpectedAdmissionError",  # kubelet admission: device plugin Allocate failed, devices gone
+    "FailedPrepareDynamicResources",  # kubelet: a DRA driver's NodePrepareResources failed
+})
+# Device-plugin Allocate failures whatever reason the kubelet or plugin gives them.
+_ALLOCATE_WORDS = ("allocate failed", "failed to allocate", "allocatedevices", "allocate(")
+EVIDENCE_PER_OBJECT = 8
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceEvent:
+    """One mirrored Event, as a page shows it: what the cluster said, how often, and when last."""
+
+    involved_uid: str
+    involved_kind: str
+    involved_name: str
+    type: str
+    reason: str
+    message: str
+    count: int
+    last_seen: datetime | None
+
+    @property
+    def device_plugin(self) -> bool:
+        return any(word in self.message.lower() for word in _ALLOCATE_WORDS)
+
+
+def _evidence_filter() -> Q:
+    condition = Q(reason__in=EVIDENCE_REASONS)
+    for word in _ALLOCATE_WORDS:
+        condition |= Q(message__icontains=word)
+    return condition
+
+
+def evidence_events(*, cluster_ids: Iterable[int], uids: Iterable[str],
+                    per_object: int = EVIDENCE_PER_OBJECT) -> dict[str, list[EvidenceEvent]]:
+    """Per involved object uid (pods, claims): its evidence events, last seen first, at most `per_object` each. One
+    query; the callers pass only objects the reader may see (events are never listed on their own here)."""
+    wanted = {uid for uid in uids if uid}
+    if not wanted:
+        return {}
+    rows = (Event.objects.live().filter(cluster_id__in=set(cluster_ids), involved_uid__in=wanted)
+            .filter(_evidence_filter())
+            .only("involved_uid", "involved_kind", "involved_name", "type", "reason", "message", "count",
+                  "last_timestamp", "k8s_created_at")
+            .order_by("involved_uid", F("last_timestamp").desc(nulls_last=True), "-k8s_created_at", "pk"))
+    out: dict[str, list[EvidenceEvent]] = {}
+    for row in rows:
+        found = out.setdefault(row.involved_uid, [])
+        if len(found) < per_object:
+            found.append(EvidenceEvent(row.involved_uid, row.involved_kind, row.involved_name, row.type, row.reason,
+                                       row.message[:2000], row.count or 1, row.last_timestamp or row.k8s_created_at))
+    return out

@@ -86,6 +86,7 @@ RESOURCES: dict[str, ResourceType] = {
             ),
         ),
         ResourceType("resourcequotas", "resourcequota", "ResourceQuota", "", "v1", True, ("quota",), True),
+        ResourceType("limitranges", "limitrange", "LimitRange", "", "v1", True, ("limits",), False),
         ResourceType(
             "configmaps",
             "configmap",
@@ -205,6 +206,7 @@ KIND_ORDER = [
     "deviceclasses",
     "resourceslices",
     "resourcequotas",
+    "limitranges",
     "resourceclaimtemplates",
     "resourceclaims",
     "pods",

@@ -53,6 +53,7 @@ OBJECT_KIND_ORDER = (
     "Node",
     "ResourceSlice",
     "ResourceQuota",
+    "LimitRange",
     "ResourceClaimTemplate",
     "ResourceClaim",
     "Pod",
@@ -2505,7 +2506,9 @@ class _Builder:
         seen: set[tuple[str, str]] = set()
         for i, q in enumerate(_list(self.spec, "quotas", "scenario")):
             ctx = f"quotas[{i}]"
-            _check_keys(q, {"name", "namespace", "hard"}, ctx, ("namespace", "hard"))
+            _check_keys(q, {"name", "namespace", "hard", "scopes", "scopeSelector", "fieldManager"}, ctx,
+                        ("namespace", "hard"))
+            scoping = self._quota_scoping(q, ctx)
             if not isinstance(q["hard"], dict) or not q["hard"]:
                 raise ScenarioError(f"{ctx}.hard: expected a non-empty mapping")
             for ns in self._ns_list(q["namespace"], f"{ctx}.namespace"):
@@ -2520,20 +2523,45 @@ class _Builder:
                     parse_quantity(value, f"{ctx}.hard.{key}")
                     hard[key] = str(value)
                     used[key] = self._quota_used(key, u, claim_count.get(ns, 0), class_devices, ns, ctx)
+                metadata = {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": _uid(self.seed, "ResourceQuota", ns, name),
+                    "creationTimestamp": _ts(-60 * 86400 + i * 60),
+                }
+                if q.get("fieldManager"):
+                    # Written by someone else (e.g. a platform team's kubectl): they own spec.hard's keys.
+                    metadata["managedFields"] = [{
+                        "manager": _label(q["fieldManager"], f"{ctx}.fieldManager"), "operation": "Update",
+                        "apiVersion": "v1", "time": metadata["creationTimestamp"], "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:spec": {"f:hard": {f"f:{key}": {} for key in hard},
+                                                **{f"f:{k}": {} for k in scoping}}},
+                    }]
                 out.append(
                     {
                         "apiVersion": "v1",
                         "kind": "ResourceQuota",
-                        "metadata": {
-                            "name": name,
-                            "namespace": ns,
-                            "uid": _uid(self.seed, "ResourceQuota", ns, name),
-                            "creationTimestamp": _ts(-60 * 86400 + i * 60),
-                        },
-                        "spec": {"hard": hard},
+                        "metadata": metadata,
+                        "spec": {"hard": hard, **scoping},
                         "status": {"hard": dict(hard), "used": used},
                     }
                 )
+        return out
+
+    @staticmethod
+    def _quota_scoping(q: dict, ctx: str) -> dict:
+        """`scopes` (a list of scope names) and `scopeSelector` ({matchExpressions: [...]}) as given, checked for
+        shape; usage is the scenario's (scoped quotas count every pod of the namespace until a pod is admitted)."""
+        out: dict = {}
+        if "scopes" in q:
+            if not isinstance(q["scopes"], list) or not all(isinstance(x, str) for x in q["scopes"]):
+                raise ScenarioError(f"{ctx}.scopes: expected a list of scope names")
+            out["scopes"] = list(q["scopes"])
+        if "scopeSelector" in q:
+            selector = q["scopeSelector"]
+            if not isinstance(selector, dict) or not isinstance(selector.get("matchExpressions"), list):
+                raise ScenarioError(f"{ctx}.scopeSelector: expected {{matchExpressions: [...]}}")
+            out["scopeSelector"] = {"matchExpressions": [dict(e) for e in selector["matchExpressions"]]}
         return out
 
     @staticmethod

@@ -22,6 +22,7 @@ from . import resources as res
 from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
 from .churn import Churn
 from .faults import Faults
+from .quota import QuotaAdmission
 from .store import Admit, ApiError, Store, make_filter, not_found
 
 MAX_WATCH_SECONDS = 1800.0
@@ -245,10 +246,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         )
 
         def admit(obj: dict, old: dict | None) -> None:
+            if r.rt.plural == "pods" and operation == "CREATE":
+                self.sim.quota.limit_range_defaults(obj)  # mutating admission (LimitRanger) comes first
             verdict = self.sim.admission.admit(attrs, obj, old)
             self.warnings.extend(verdict.warnings)
             if verdict.denial is not None:
                 raise verdict.denial
+            # ResourceQuota admission runs after validation, as in the API server's plugin order.
+            if r.rt.plural == "pods" and operation == "CREATE":
+                self.sim.quota.admit_pod(obj, dry_run=dry_run)
+            elif r.rt.plural == "resourcequotas" and not r.subresource:
+                self.sim.quota.quota_written(obj)
 
         return admit
 
@@ -757,6 +765,7 @@ class Simulator:
         self.scenario = scenario
         self.store = Store(history_limit=history_limit)
         self.admission = PolicyAdmission(self.store)
+        self.quota = QuotaAdmission(self.store)
         self.faults = Faults(self)
         self.churn = Churn(self)
         self._httpd: _Server | None = None
@@ -765,6 +774,7 @@ class Simulator:
         self._conns: set[Handler] = set()
         self._watches: set[Handler] = set()
         self.store.load([o for o in self._load_objects(scenario, seed) if res.storage_group_served(self.api, o)])
+        self.quota.scoped_usage()
 
     def serve_api(self, name: str) -> None:
         """Switch the API profile while serving (a control-plane upgrade or downgrade): the stored objects stay, the

@@ -1,5 +1,6 @@
-"""Django admin for the approval policies of quota and exceptions, the per-cluster enforcement settings, and users
-and groups (roles are groups: portal/roles.py). Platform admins only; every change audited (audit.admin)."""
+"""Django admin for the approval policies of quota and exceptions, who owns accelerator quota keys, the
+per-cluster enforcement settings, and users and groups (roles are groups: portal/roles.py). Platform admins only;
+every change audited (audit.admin)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 
 from audit.admin import SECRET_REPLACED, SECRET_SET, AuditedModelAdmin
 from audit.services import audit_record
-from portal.models import AccessPolicy, EnforcementSettings, QuotaPolicy
+from portal.models import AccessPolicy, EnforcementSettings, QuotaOwnership, QuotaPolicy
 
 # The policies' verbs predate audit.admin and are kept, so that searches and SIEM rules on them keep matching.
 SAVED_VERBS = {"add": "saved", "change": "saved", "delete": "deleted"}
@@ -26,6 +27,17 @@ class QuotaPolicyAdmin(AuditedModelAdmin):
     audit_entity = "quota_policy"
     audit_verbs = SAVED_VERBS
     list_display = ("offering", "approvals", "threshold_units", "approvals_above")
+
+
+@admin.register(QuotaOwnership)
+class QuotaOwnershipAdmin(AuditedModelAdmin):
+    """Per namespace or tenant: may an approved increase take accelerator quota keys over from another field manager
+    (forced server-side apply)? Default (no row): no — the apply is refused with the reason."""
+
+    audit_entity = "quota_ownership"
+    audit_verbs = SAVED_VERBS
+    list_display = ("__str__", "tenant", "cluster", "namespace", "portal_owns_accelerator_keys", "updated_at")
+    list_filter = ("portal_owns_accelerator_keys",)
 
 
 @admin.register(AccessPolicy)

@@ -135,6 +135,48 @@ class QuotaPolicy(models.Model):
 DEFAULT_APPROVALS, DEFAULT_THRESHOLD, DEFAULT_APPROVALS_ABOVE = 1, 16, 2
 
 
+class QuotaOwnership(models.Model):
+    """Whether the portal owns the accelerator keys of the ResourceQuotas in a namespace (or in every namespace of a
+    tenant): where it does, an approved increase takes the key over from another field manager (server-side apply
+    with force); where it does not (the default), such a conflict is refused with the reason and a suggested fix.
+    A namespace's own row wins over its tenant's."""
+
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63, blank=True)
+    portal_owns_accelerator_keys = models.BooleanField(
+        default=False, help_text="Take accelerator keys (extended resources, *.deviceclass.resource.k8s.io/*) over "
+                                 "from other field managers on this namespace's quota objects (forced apply).")
+    note = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "quota ownership policy"
+        verbose_name_plural = "quota ownership policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(tenant__isnull=False, cluster__isnull=True, namespace="")
+                           | models.Q(tenant__isnull=True, cluster__isnull=False) & ~models.Q(namespace="")),
+                name="portal_quotaownership_one_scope"),
+            models.UniqueConstraint(fields=["tenant"], condition=models.Q(tenant__isnull=False),
+                                    name="portal_quotaownership_unique_tenant"),
+            models.UniqueConstraint(fields=["cluster", "namespace"], condition=models.Q(cluster__isnull=False),
+                                    name="portal_quotaownership_unique_namespace"),
+        ]
+
+    def __str__(self) -> str:
+        scope = f"tenant {self.tenant}" if self.tenant_id else f"{self.namespace}"
+        return f"{scope}: portal {'owns' if self.portal_owns_accelerator_keys else 'does not force'} accelerator keys"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if bool(self.tenant_id) == bool(self.cluster_id or self.namespace):
+            raise ValidationError("Set either a tenant, or a cluster and a namespace.")
+        if self.cluster_id and not self.namespace:
+            raise ValidationError("A cluster needs a namespace.")
+
+
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
     def visible_to(self, user: Any) -> Self:
         return self.filter(tenant__in=Tenant.objects.visible_to(user))
@@ -209,7 +251,14 @@ class QuotaNamespaceState(models.Model):
     namespace = models.CharField(max_length=63)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.APPLYING)
     desired = models.JSONField(default=dict, blank=True, help_text="Granted, unexpired units per quota key.")
-    observed = models.JSONField(default=dict, blank=True, help_text="The cluster's values of the keys we manage.")
+    observed = models.JSONField(default=dict, blank=True,
+                                help_text="Per key, the increase the cluster carries: the least, over the quota "
+                                          "objects the portal writes, of their value minus the baseline.")
+    targets = models.JSONField(default=dict, blank=True,
+                               help_text="Per quota object, the accelerator keys the portal applies and their values.")
+    baselines = models.JSONField(default=dict, blank=True,
+                                 help_text="Per quota object written by someone else, each key's value before the "
+                                           "portal managed it (the grant is added to it).")
     last_error = models.TextField(blank=True)
     failures = models.PositiveIntegerField(default=0, help_text="Consecutive failed applies (backoff).")
     attempted_at = models.DateTimeField(null=True, blank=True)

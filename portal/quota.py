@@ -7,10 +7,17 @@ deletion by someone else — is re-applied by the confirm beat with backoff and 
 granted values.
 
 Every transition is one durable transaction under a row lock, idempotent, with its audit event. Cluster I/O
-(server-side apply of the namespace's `portal-accelerators` ResourceQuota under our own field manager) happens in
-a Celery task after commit; a request becomes active only when the sync shows the applied values in the cluster.
-The applied quota is always the *desired state* of the namespace — the sum of every granted, unexpired request per
-quota key — so applying twice, or after a worker was killed, gives the same result.
+(server-side apply under our own field manager) happens in a Celery task after commit; a request becomes active only
+when the sync shows the applied values in the cluster. The applied quota is always the *desired state* of the
+namespace — the sum of every granted, unexpired request per quota key — so applying twice, or after a worker was
+killed, gives the same result.
+
+Kubernetes enforces every ResourceQuota of a namespace (the tightest binds), so a grant is composed with the quotas
+already there (`quota_plan`): each existing quota object that carries a granted accelerator key gets its baseline
+(the key's value before the portal took it, recorded once) plus the grant, and only where no one else's quota
+carries the key does the portal's own `portal-accelerators` object hold it. No other key is ever written. Another
+field manager's key is taken over (forced apply) only where the platform admin's `QuotaOwnership` policy says the
+portal owns accelerator keys; otherwise the apply is refused with the reason and a suggested fix.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +37,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from catalog.models import DRA_KINDS, Lifecycle, Offering
 from inventory.errors import PortalError, StateConflictError
+from inventory.k8s.semantics import as_dict, format_quantity, is_extended_resource, parse_quantity
 from inventory.models import DeviceClass, ResourceQuota
 from portal.models import (
     DEFAULT_APPROVALS,
@@ -35,6 +45,7 @@ from portal.models import (
     DEFAULT_THRESHOLD,
     QuotaDecision,
     QuotaNamespaceState,
+    QuotaOwnership,
     QuotaPolicy,
     QuotaRequest,
     TenantMembership,
@@ -327,37 +338,141 @@ def quota_request_retry(*, actor: Any, request_id: int) -> QuotaRequest:
 # ------------------------------------------------------------------------------------------------ cluster side
 
 
-def quota_document(cluster_id: int, namespace: str) -> dict[str, Any]:
-    """The object we apply: only the fields we own. Keys no longer granted are simply absent, which makes SSA
-    remove them (we owned them)."""
-    return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": QUOTA_NAME, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER}},
-            "spec": {"hard": desired_hard(cluster_id, namespace)}}
+def is_accelerator_key(key: str) -> bool:
+    """The quota keys the portal may write: `requests.<extended resource>` (device plugins, and DRA's implicit
+    `deviceclass.resource.kubernetes.io/<class>`) and `<class>.deviceclass.resource.k8s.io/devices`. Never cpu,
+    memory, pods or object counts."""
+    if key.endswith(".deviceclass.resource.k8s.io/devices"):
+        return len(key) > len(".deviceclass.resource.k8s.io/devices")
+    return key.startswith("requests.") and is_extended_resource(key[len("requests."):])
+
+
+def portal_owns_keys(cluster_id: int, namespace: str) -> bool:
+    """The platform admin's policy (QuotaOwnership): the namespace's own row, else its tenant's, else no."""
+    row = QuotaOwnership.objects.filter(cluster_id=cluster_id, namespace=namespace).first()
+    if row is None:
+        owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).values("tenant_id").first()
+        row = QuotaOwnership.objects.filter(tenant_id=owner["tenant_id"]).first() if owner else None
+    return bool(row and row.portal_owns_accelerator_keys)
+
+
+@dataclass
+class QuotaPlan:
+    """What the portal applies in a namespace so that every quota constraining a granted key rises by the grant.
+
+    `targets`: per quota object, the accelerator keys the portal writes and their values; `baselines`: per object
+    written by someone else, each key's value before the portal managed it; `granted`: granted units per key;
+    `before`: each object's `spec.hard` as the sync shows it (None: not in the cluster)."""
+
+    granted: dict[str, str]
+    targets: dict[str, dict[str, str]]
+    baselines: dict[str, dict[str, str]]
+    before: dict[str, dict[str, Any] | None]
+
+
+def _amount(value: Any) -> Fraction:
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return Fraction(0)
+
+
+def quota_plan(cluster_id: int, namespace: str, *, now: dt.datetime | None = None) -> QuotaPlan:
+    """Compose the grant with every quota of the namespace (upstream enforces each: the tightest binds).
+
+    For each accelerator key the portal grants or granted: every existing quota object that carries the key gets
+    its baseline (its value before the portal took the key, recorded once) plus the granted units; where no quota
+    of anyone else carries the key, the portal's own `portal-accelerators` object holds it. No other key of any
+    object is touched."""
+    granted = desired_hard(cluster_id, namespace, now=now)
+    keys = sorted(k for k in managed_keys(cluster_id, namespace) | set(granted) if is_accelerator_key(k))
+    mirrored = {q["name"]: q["hard"] or {} for q in ResourceQuota.objects.live().filter(
+        cluster_id=cluster_id, namespace=namespace).values("name", "hard")}
+    state = QuotaNamespaceState.objects.filter(cluster_id=cluster_id, namespace=namespace).values(
+        "baselines", "targets").first() or {"baselines": {}, "targets": {}}
+    baselines = {name: dict(values) for name, values in (state["baselines"] or {}).items() if name in mirrored}
+    targets: dict[str, dict[str, str]] = {}
+    for key in keys:
+        units = _amount(granted.get(key, 0))
+        carriers = [name for name, hard in sorted(mirrored.items()) if name != QUOTA_NAME
+                    and (key in hard or key in baselines.get(name, {}))]
+        if carriers:
+            for name in carriers:
+                base = baselines.setdefault(name, {}).setdefault(key, str(mirrored[name].get(key, "0")))
+                targets.setdefault(name, {})[key] = format_quantity(_amount(base) + units)
+        elif units:
+            targets.setdefault(QUOTA_NAME, {})[key] = granted[key]
+    if QUOTA_NAME in mirrored or QUOTA_NAME in (state["targets"] or {}):
+        targets.setdefault(QUOTA_NAME, {})  # applied even when empty: drops the keys it no longer carries
+    return QuotaPlan(granted, targets, baselines, {name: mirrored.get(name) for name in targets})
+
+
+def quota_document(cluster_id: int, namespace: str, *, name: str = QUOTA_NAME,
+                   hard: dict[str, str] | None = None) -> dict[str, Any]:
+    """The object we apply: only the fields we own. Keys absent from `hard` that we applied before are removed by
+    the server (we owned them); on someone else's quota object we own nothing but our keys."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if name == QUOTA_NAME:
+        metadata["labels"] = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata,
+            "spec": {"hard": desired_hard(cluster_id, namespace) if hard is None else hard}}
+
+
+def _conflict_message(name: str, message: str, hard: dict[str, str], namespace: str) -> str:
+    wanted = ", ".join(f"{key}={value}" for key, value in sorted(hard.items()))
+    return (f"ResourceQuota {name}: {message} The portal does not take keys over from another field manager in "
+            f"{namespace} (quota ownership policy). Fix: have that manager set {wanted} on {name}, or ask a platform "
+            f"admin to let the portal own accelerator keys in {namespace} (admin: quota ownership policies), then "
+            "retry.")
 
 
 def quota_apply(*, cluster_id: int, namespace: str, client_factory: Any = None) -> str:
-    """Apply the namespace's desired quota (outside any transaction), then record the answer on the requests.
+    """Apply the namespace's plan (outside any transaction), then record the answer on the requests.
 
-    Returns "applied", "conflict" or "refused". Raises ClusterUnreachableError for retryable failures.
-    """
+    Returns "applied", "conflict" or "refused". Raises ClusterUnreachableError for retryable failures. Another field
+    manager's key is forced only where the admin's policy says the portal owns accelerator keys."""
     from inventory.models import Cluster
     from inventory.services.clients import client_for
 
     cluster = Cluster.objects.get(pk=cluster_id)
-    document = quota_document(cluster_id, namespace)
+    plan = quota_plan(cluster_id, namespace)
+    _remember(cluster_id, namespace, plan)  # before the apply: a baseline must never include our own grant
+    force = portal_owns_keys(cluster_id, namespace)
     client = (client_factory or client_for)(cluster)
+    outcome, message, objects = "applied", "", []
     try:
-        result = client.apply(document, field_manager=FIELD_MANAGER)
+        # Someone else's objects first, ours last: the effective limit rises before our copy of a key goes away.
+        for name in sorted(plan.targets, key=lambda n: (n == QUOTA_NAME, n)):
+            document = quota_document(cluster_id, namespace, name=name, hard=plan.targets[name])
+            result = client.apply(document, field_manager=FIELD_MANAGER)
+            forced = False
+            if result.conflict and force:
+                result, forced = client.apply(document, field_manager=FIELD_MANAGER, force=True), True
+            after = as_dict(as_dict(result.object).get("spec")).get("hard") if result.applied else None
+            objects.append({"quota": name, "before": plan.before.get(name), "after": after, "forced": forced,
+                            "applied": plan.targets[name], "outcome": "applied" if result.applied else "failed"})
+            if not result.applied:
+                outcome = "conflict" if result.conflict else "refused"
+                message = (_conflict_message(name, result.message, plan.targets[name], namespace)
+                           if result.conflict else f"ResourceQuota {name}: {result.message}")
+                break
     finally:
         client.close()
-    outcome = "applied" if result.applied else ("conflict" if result.conflict else "refused")
-    _record_apply(cluster_id, namespace, document["spec"]["hard"], outcome, result.message)
+    _record_apply(cluster_id, namespace, plan.granted, outcome, message, objects=objects)
     return outcome
 
 
 @transaction.atomic
-def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome: str, message: str) -> None:
+def _remember(cluster_id: int, namespace: str, plan: QuotaPlan) -> None:
+    state, _ = QuotaNamespaceState.objects.select_for_update().get_or_create(cluster_id=cluster_id,
+                                                                              namespace=namespace)
+    state.baselines, state.targets = plan.baselines, plan.targets
+    state.save(update_fields=["baselines", "targets"])
+
+
+@transaction.atomic
+def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome: str, message: str,
+                  objects: list[dict[str, Any]] | None = None) -> None:
     now = timezone.now()
     requests = list(QuotaRequest.objects.select_for_update().filter(
         cluster_id=cluster_id, namespace=namespace, state__in=(State.APPLYING, State.FAILED)
@@ -369,6 +484,7 @@ def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome
         request.applied_hard = hard
         if outcome == "applied":
             request.apply_error = ""
+            request.state = State.APPLYING  # a failed one included in a later successful apply is applied too
         else:
             request.state = State.FAILED
             request.apply_error = (f"{'Field manager conflict' if outcome == 'conflict' else 'The cluster refused'}: "
@@ -380,6 +496,12 @@ def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome
                      after={"hard": hard, "namespace": namespace, "message": message[:500]})
     state, _ = QuotaNamespaceState.objects.select_for_update().get_or_create(cluster_id=cluster_id,
                                                                               namespace=namespace)
+    for entry in objects or []:  # every quota object written: its hard before and after, in this transaction
+        audit_record(actor=None, verb=f"quota_object.{entry['outcome']}", target=state,
+                     before={"quota": entry["quota"], "hard": entry["before"]},
+                     after={"quota": entry["quota"], "hard": entry["after"], "applied": entry["applied"],
+                            "forced": entry["forced"]},
+                     data={"field_manager": FIELD_MANAGER, "namespace": namespace})
     before = state.status
     state.attempted_at = now
     state.desired = hard
@@ -404,17 +526,46 @@ def quota_apply_failed(*, cluster_id: int, namespace: str, error: str) -> None:
     _record_apply(cluster_id, namespace, desired_hard(cluster_id, namespace), "refused", error)
 
 
-def _quota_shows(cluster_id: int, namespace: str, hard: dict[str, str]) -> bool:
-    from inventory.k8s.semantics import parse_quantity
+def _mirrored_hard(cluster_id: int, namespace: str) -> dict[str, dict[str, Any]]:
+    return {q["name"]: q["hard"] or {} for q in ResourceQuota.objects.live().filter(
+        cluster_id=cluster_id, namespace=namespace).values("name", "hard")}
 
-    mirrored = ResourceQuota.objects.live().filter(cluster_id=cluster_id, namespace=namespace, name=QUOTA_NAME
-                                                   ).values_list("hard", flat=True).first()
-    if mirrored is None:
-        return False
-    try:
-        return all(parse_quantity(mirrored.get(k, "-1")) == parse_quantity(v) for k, v in hard.items())
-    except ValueError:
-        return False
+
+def _plan_shows(plan: QuotaPlan, mirrored: dict[str, dict[str, Any]]) -> bool:
+    """Does the cluster (as the sync shows it) carry every value of the plan, and no stale key in our object?"""
+    for name, hard in plan.targets.items():
+        if name not in mirrored:
+            if hard:
+                return False
+            continue
+        if name == QUOTA_NAME and {k for k in mirrored[name] if is_accelerator_key(k)} - set(hard):
+            return False
+        try:
+            if any(parse_quantity(mirrored[name].get(k, "-1")) != parse_quantity(v) for k, v in hard.items()):
+                return False
+        except ValueError:
+            return False
+    return True
+
+
+def _quota_shows(cluster_id: int, namespace: str, now: dt.datetime | None = None) -> bool:
+    return _plan_shows(quota_plan(cluster_id, namespace, now=now), _mirrored_hard(cluster_id, namespace))
+
+
+def _observed(plan: QuotaPlan, mirrored: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Per key, the increase the cluster carries: the least, over the objects the plan writes that carry the key,
+    of their value minus the baseline (our own object's baseline is 0)."""
+    increases: dict[str, Fraction] = {}
+    for name, hard in plan.targets.items():
+        keys = set(hard) | ({k for k in mirrored.get(name, {}) if is_accelerator_key(k)} if name == QUOTA_NAME
+                            else set())
+        for key in keys:
+            if key not in mirrored.get(name, {}):
+                continue
+            increase = _amount(mirrored[name][key]) - _amount(plan.baselines.get(name, {}).get(key, 0))
+            increases[key] = min(increases.get(key, increase), increase)
+    return {key: format_quantity(value) for key, value in sorted(increases.items())
+            if value or key in plan.granted}
 
 
 def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
@@ -441,8 +592,7 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
             request = QuotaRequest.objects.select_for_update().filter(pk=pk, state=State.APPLYING).first()
             if request is None:
                 continue
-            if request.applied_hard and _quota_shows(cluster_id, namespace, desired_hard(cluster_id, namespace,
-                                                                                         now=now)):
+            if request.applied_hard and _quota_shows(cluster_id, namespace, now):
                 before = _snapshot(request)
                 request.state = State.ACTIVE
                 request.save(update_fields=["state", "updated_at"])
@@ -467,24 +617,6 @@ def _enqueue_namespace(cluster_id: int, namespace: str) -> None:
     transaction.on_commit(lambda: quota_apply_task.delay(cluster_id, namespace))
 
 
-def _observed(cluster_id: int, namespace: str, keys: set[str]) -> dict[str, str]:
-    """The cluster's values (as the sync shows them) of the keys the portal manages in its quota object."""
-    mirrored = ResourceQuota.objects.live().filter(cluster_id=cluster_id, namespace=namespace, name=QUOTA_NAME
-                                                   ).values_list("hard", flat=True).first() or {}
-    return {key: str(mirrored[key]) for key in sorted(keys) if key in mirrored}
-
-
-def _same(desired: dict[str, str], observed: dict[str, str]) -> bool:
-    from inventory.k8s.semantics import parse_quantity
-
-    if set(desired) != set(observed):
-        return False
-    try:
-        return all(parse_quantity(desired[k]) == parse_quantity(observed[k]) for k in desired)
-    except ValueError:
-        return False
-
-
 def _backoff(failures: int) -> dt.timedelta:
     return min(RETRY_AFTER * 2 ** min(max(failures - 1, 0), 6), MAX_BACKOFF)
 
@@ -506,8 +638,9 @@ def quota_namespaces_reconcile(*, now: dt.datetime | None = None,
                  .values_list("cluster_id", "namespace").distinct())
     scopes |= set(QuotaNamespaceState.objects.values_list("cluster_id", "namespace"))
     for cluster_id, namespace in sorted(scopes):
-        desired = desired_hard(cluster_id, namespace, now=now)
-        observed = _observed(cluster_id, namespace, managed_keys(cluster_id, namespace) | set(desired))
+        plan = quota_plan(cluster_id, namespace, now=now)
+        mirrored = _mirrored_hard(cluster_id, namespace)
+        desired, observed = plan.granted, _observed(plan, mirrored)
         applying = QuotaRequest.objects.filter(cluster_id=cluster_id, namespace=namespace,
                                                state=State.APPLYING).exists()
         with transaction.atomic():
@@ -515,7 +648,7 @@ def quota_namespaces_reconcile(*, now: dt.datetime | None = None,
                 cluster_id=cluster_id, namespace=namespace, defaults={"status": NamespaceStatus.IN_SYNC})
             before = state.status
             state.desired, state.observed, state.checked_at = desired, observed, now
-            if _same(desired, observed):
+            if _plan_shows(plan, mirrored):
                 state.status, state.drift_since, state.failures, state.last_error = (
                     NamespaceStatus.IN_SYNC, None, 0, "")
             else:

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from catalog.models import Offering
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
-from inventory.k8s.semantics import parse_quantity
+from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
 from inventory.models import Cluster, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
 from portal.notifications import notifications_read
@@ -31,6 +31,10 @@ from portal.quota import (
     quota_request_withdraw,
     recent_increase,
 )
+
+# The pod the quota pages speak for: requests cpu (NotBestEffort), no priority class, no activeDeadlineSeconds. A
+# quota scoped to other pods is listed with its scope but does not set the namespace's effective limit.
+ORDINARY_POD: dict[str, Any] = {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]}
 
 
 def _int(value: Any) -> int:
@@ -60,26 +64,49 @@ def quota_rows(user: Any) -> list[dict[str, Any]]:
     for quota in ResourceQuota.objects.live().filter(condition).order_by("name"):  # one query for every namespace
         quotas[(quota.cluster_id, quota.namespace)].append(quota)
     for tn in owned:
-        for quota in quotas[(tn.cluster_id, tn.namespace)]:
+        here = quotas[(tn.cluster_id, tn.namespace)]
+        limits, _ = effective_limits(_entries(here), ORDINARY_POD)
+        for quota in here:
+            scope = quota_scope_text((quota.raw or {}).get("spec"))
             for key, hard in sorted((quota.hard or {}).items()):
                 if key not in keys_to_offerings:
                     continue
                 used = _int((quota.used or {}).get(key, 0))
+                effective = limits.get(key)
+                binds = effective is not None and effective.binding.quota == quota.name and len(effective.quotas) > 1
                 rows.append({"cluster": tn.cluster.name, "namespace": tn.namespace, "tenant": tn.tenant.slug,
                              "quota": quota.name, "key": key, "offerings": keys_to_offerings[key], "hard": _int(hard),
-                             "used": used, "headroom": max(_int(hard) - used, 0),
+                             "used": used, "headroom": max(_int(hard) - used, 0), "scope": scope,
+                             "effective_limit": int(effective.limit) if effective else None,
+                             "effective_headroom": int(effective.headroom) if effective else None,
+                             "binding_quota": effective.binding.quota if effective else "", "binds": binds,
                              "pending_units": pending.get((tn.cluster_id, tn.namespace, key), 0)})
     return rows
 
 
+def _entries(quotas: Any) -> list[dict[str, Any]]:
+    """Mirrored ResourceQuota rows (or `.values()` dicts) as the semantics module reads them."""
+    out = []
+    for q in quotas:
+        row = q if isinstance(q, dict) else {"name": q.name, "hard": q.hard, "used": q.used, "raw": q.raw}
+        out.append({"name": row["name"], "hard": row["hard"] or {}, "used": row["used"] or {},
+                    "spec": (row.get("raw") or {}).get("spec")})
+    return out
+
+
 def request_context(request: QuotaRequest) -> dict[str, Any]:
-    """What an approver needs to decide: usage, free capacity, and granted quota against physical capacity."""
+    """What an approver needs to decide: the namespace's effective limit (every quota of the namespace applies; the
+    tightest binds) and use, free capacity, and granted quota against physical capacity. Granted quota in the
+    cluster is the sum over namespaces of each one's effective limit (two quotas on one key are not two grants)."""
     key = quota_keys(request.offering)[0]
-    quotas = list(ResourceQuota.objects.live().filter(cluster_id=request.cluster_id).values("namespace", "hard",
-                                                                                             "used"))
-    granted_now = sum(_int(q["hard"].get(key, 0)) for q in quotas)
-    used_here = sum(_int(q["used"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace)
-    hard_here = max((_int(q["hard"].get(key, 0)) for q in quotas if q["namespace"] == request.namespace), default=0)
+    by_namespace: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in ResourceQuota.objects.live().filter(cluster_id=request.cluster_id).values("namespace", "name", "hard",
+                                                                                         "used", "raw"):
+        by_namespace[row["namespace"]].append(row)
+    limits = {namespace: effective_limits(_entries(rows), ORDINARY_POD)[0].get(key) for namespace, rows in by_namespace.items()}
+    granted_now = sum(int(limit.limit) for limit in limits.values() if limit is not None)
+    here = limits.get(request.namespace)
+    hard_here, used_here = (int(here.limit), int(here.used)) if here else (0, 0)
     # Physical capacity is the capacity recomputation's quota_capacity (catalog.services.capacity
     # quota_key_capacity), the number the offering pages and the oversubscription page show: read, never recomputed
     # here, so every page agrees until the next recomputation.
@@ -93,6 +120,9 @@ def request_context(request: QuotaRequest) -> dict[str, Any]:
     window = recent_increase(cluster_id=request.cluster_id, namespace=request.namespace, offering=request.offering,
                              exclude_id=request.pk) + request.units
     return {"quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
+            "binding_quota": here.binding.quota if here else "",
+            "namespace_quotas": [{"quota": q.quota, "hard": int(q.hard), "used": int(q.used), "scope": q.scope}
+                                 for q in here.quotas] if here else [],
             "namespace_recent_increase": window,
             "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
             "physical_capacity": physical, "capacity_computed_at": figures["computed_at"],
@@ -220,6 +250,13 @@ class QuotaSerializer(serializers.Serializer):
     hard = serializers.IntegerField()
     used = serializers.IntegerField()
     headroom = serializers.IntegerField()
+    quota = serializers.CharField()
+    scope = serializers.CharField(help_text="The quota's scopes (empty: every pod).")
+    effective_limit = serializers.IntegerField(allow_null=True, help_text="The smallest hard of every quota of the "
+                                               "namespace on this key (what an ordinary pod meets).")
+    effective_headroom = serializers.IntegerField(allow_null=True)
+    binding_quota = serializers.CharField(help_text="The quota that refuses first (least headroom).")
+    binds = serializers.BooleanField()
     pending_units = serializers.IntegerField()
 
 

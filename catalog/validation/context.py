@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
 from catalog.validation.findings import Finding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL
-from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match
+from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match, limit_range_defaults
 from inventory.k8s.semantics import quantity_or_none as quantity
 
 if TYPE_CHECKING:
@@ -43,7 +43,9 @@ class ValidationContext:
     gpu_node_count: int = 0
     cpu_only_node_count: int = 0
     device_classes: dict[str, dict[str, Any]] | None = None  # name → raw DeviceClass
-    quotas: dict[str, list[dict[str, Any]]] | None = None  # namespace → [{"name", "hard", "used"}]
+    quotas: dict[str, list[dict[str, Any]]] | None = None  # namespace → [{"name", "hard", "used", "spec"}]
+    # namespace → the Container (default, defaultRequest) pairs of its LimitRanges (semantics.limit_range_defaults)
+    limit_ranges: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] | None = None
     admin_access_namespaces: frozenset[str] | None = None
     feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]] | None = None
     dry_run: Callable[[list[dict[str, Any]]], list[Finding]] | None = None
@@ -98,7 +100,7 @@ def catalog_single_unit_pools() -> list[tuple[str, dict[str, Any]]]:
 
 def context_for_cluster(cluster: Cluster) -> ValidationContext:
     """The cluster-aware parts of a context from the inventory (live rows only) and the catalog. Read-only."""
-    from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
+    from inventory.models import Device, DeviceClass, LimitRange, Namespace, Node, ResourceQuota
     from inventory.selectors import dra_unavailable_reason
 
     context = build_context(
@@ -111,6 +113,8 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
         device_classes=((dc.name, dc.raw) for dc in DeviceClass.objects.live().filter(cluster=cluster).only("name", "raw")),
         quotas=((q.namespace, q.name, q.hard, q.used, q.raw)
                 for q in ResourceQuota.objects.live().filter(cluster=cluster).only("name", "namespace", "hard", "used", "raw")),
+        limit_ranges=((lr.namespace, as_dict(lr.raw).get("spec"))
+                      for lr in LimitRange.objects.live().filter(cluster=cluster).only("namespace", "raw")),
         single_unit_pools=catalog_single_unit_pools(),
     )
     context.dra_unavailable = dra_unavailable_reason(cluster)
@@ -138,12 +142,20 @@ def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_versio
         device_classes=((as_str(meta(dc).get("name")), dc) for dc in grouped.get("DeviceClass", [])),
         quotas=((as_str(meta(q).get("namespace")), as_str(meta(q).get("name")), as_dict(q.get("spec")).get("hard"),
                  as_dict(q.get("status")).get("used"), q) for q in grouped.get("ResourceQuota", [])),
+        limit_ranges=((as_str(meta(lr).get("namespace")), lr.get("spec")) for lr in grouped.get("LimitRange", [])),
         single_unit_pools=single_unit_pools,
     )
     if not grouped.get("Namespace"):  # a snapshot without namespaces says nothing about them: skip those checks
         context.namespaces = None
         context.admin_access_namespaces = None
     return context
+
+
+def _limit_ranges(limit_ranges: Iterable[tuple[str, Any]]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    specs: dict[str, list[Any]] = {}
+    for namespace, spec in limit_ranges:
+        specs.setdefault(namespace, []).append(spec)
+    return {namespace: found for namespace, items in specs.items() if (found := limit_range_defaults(items))}
 
 
 def build_context(
@@ -155,6 +167,7 @@ def build_context(
     device_classes: Iterable[tuple[str, Any]],
     quotas: Iterable[tuple[str, str, Any, Any, Any]],
     single_unit_pools: Iterable[tuple[str, Any]] = (),
+    limit_ranges: Iterable[tuple[str, Any]] = (),
 ) -> ValidationContext:
     """One construction of the context from (name, labels) namespaces, (name, labels, capacity, taints) nodes, the
     names of nodes with DRA devices, (name, raw) DeviceClasses, (namespace, name, hard, used, raw) quotas and the
@@ -220,7 +233,7 @@ def build_context(
             "name": name,
             "hard": as_dict(hard),
             "used": as_dict(used),
-            "scoped": bool(spec.get("scopes") or spec.get("scopeSelector")),
+            "spec": {k: spec[k] for k in ("scopes", "scopeSelector") if k in spec},
         })
     return ValidationContext(
         kubernetes_version=kubernetes_version,
@@ -230,6 +243,7 @@ def build_context(
         cpu_only_node_count=len(all_nodes) - len(accelerator_nodes),
         device_classes={name: raw if isinstance(raw, dict) else {} for name, raw in device_classes},
         quotas=quota_entries,
+        limit_ranges=_limit_ranges(limit_ranges),
         admin_access_namespaces=admin,
         node_taints=taints,
         node_taint_labels=taint_labels,

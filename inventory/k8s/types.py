@@ -35,6 +35,7 @@ KINDS: dict[str, KindRef] = {
         KindRef("nodes", "Node", "", "v1", False, "core", "list_node"),
         KindRef("pods", "Pod", "", "v1", True, "core", "list_pod_for_all_namespaces"),
         KindRef("resourcequotas", "ResourceQuota", "", "v1", True, "core", "list_resource_quota_for_all_namespaces"),
+        KindRef("limitranges", "LimitRange", "", "v1", True, "core", "list_limit_range_for_all_namespaces"),
         KindRef("events", "Event", "", "v1", True, "core", "list_event_for_all_namespaces"),
         KindRef("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False, "resource", "list_resource_slice"),
         KindRef("deviceclasses", "DeviceClass", "resource.k8s.io", "v1", False, "resource", "list_device_class"),

@@ -270,6 +270,15 @@ class ResourceQuota(KubeObject):
         indexes = _kube_indexes("quota")
 
 
+class LimitRange(KubeObject):
+    """A mirrored core/v1 LimitRange: its Container `default` / `defaultRequest` are what a pod's containers get for
+    the resources they leave out (the validator's quota layer applies them as the API server's LimitRanger does)."""
+
+    class Meta(KubeObject.Meta):
+        constraints = _kube_constraints("limitrange")
+        indexes = _kube_indexes("limitrange")
+
+
 class Event(KubeObject):
     """A mirrored core/v1 Event (FailedScheduling and friends)."""
 

@@ -26,7 +26,7 @@ from django.urls import reverse
 
 from audit.models import AuditEvent
 from inventory.models import Cluster, SyncIssue
-from portal.models import AccessKind, AccessPolicy, EnforcementSettings, QuotaPolicy
+from portal.models import AccessKind, AccessPolicy, EnforcementSettings, QuotaOwnership, QuotaPolicy
 from tests.audit.admin_forms import FormData, submit
 from tests.catalog.factories import OfferingFactory
 from tests.inventory.factories import ClusterFactory
@@ -104,6 +104,12 @@ RECIPES: dict[str, Recipe] = {
         add=lambda: {"offering": str(OfferingFactory(resource_name=GPU).pk), "approvals": "2", "threshold_units": "4",
                      "approvals_above": "3"},
         changes=[lambda: {"approvals": "3"}],
+    ),
+    "portal.quotaownership": Recipe(
+        make=lambda: QuotaOwnership.objects.create(cluster=ClusterFactory(), namespace="ml-research"),
+        add=lambda: {"cluster": str(ClusterFactory().pk), "namespace": "vision", "note": "platform owns GPU keys",
+                     "portal_owns_accelerator_keys": "on"},
+        changes=[lambda: {"portal_owns_accelerator_keys": None}],
     ),
     "portal.accesspolicy": Recipe(
         make=lambda: AccessPolicy.objects.create(kind=_free_access_kind(), max_window="8:00:00",

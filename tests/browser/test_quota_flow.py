@@ -48,17 +48,20 @@ def test_lead_requests_approver_approves_quota_becomes_active(browser: Browser, 
     shot(approver_page, "quota-approved")
 
     # What the Celery worker and the sync do, against the simulator over real HTTP.
+    # The namespace's existing gpu-quota (40) carries the key: the grant raises it to 48, no second quota.
     assert quota_apply(cluster_id=cluster.pk, namespace="ml-research") == "applied"
-    applied = sim.store.get_stored("resourcequotas", "ml-research", QUOTA_NAME).obj
-    assert applied["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
-    assert applied["metadata"]["managedFields"][0]["manager"] == FIELD_MANAGER
+    applied = sim.store.get_stored("resourcequotas", "ml-research", "gpu-quota").obj
+    assert applied["spec"]["hard"]["requests.nvidia.com/gpu"] == "48"
+    assert applied["metadata"]["managedFields"][-1]["manager"] == FIELD_MANAGER
+    assert sim.store.get_stored("resourcequotas", "ml-research", QUOTA_NAME) is None
     _sync(cluster)
     assert quota_requests_confirm()["activated"] == 1
 
     lead_page.goto(request_url)
     expect(lead_page.locator("h1 .badge")).to_have_attribute("data-state", "active")
     lead_page.goto(f"{live_server.url}/quota/")
-    ours = lead_page.locator(f"tr[data-namespace='ml-research'][data-quota='{QUOTA_NAME}']"
+    ours = lead_page.locator("tr[data-namespace='ml-research'][data-quota='gpu-quota']"
                              "[data-key='requests.nvidia.com/gpu']")
-    expect(ours.locator("td").nth(4)).to_have_text("8")  # hard
+    expect(ours.locator("td").nth(4)).to_have_text("48")  # hard
+    expect(ours.locator("td").nth(7)).to_contain_text("48")  # the effective limit
     shot(lead_page, "quota-active")

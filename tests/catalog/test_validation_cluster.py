@@ -92,8 +92,8 @@ def test_context_for_cluster_reads_the_inventory(cluster: Any) -> None:
     assert context.node_taint_labels == {"dedicated": {"pool": "h100", "kubernetes.io/hostname": "gpu-b"}}
     quotas = {q["name"]: q for q in (context.quotas or {})[NS]}
     assert quotas["gpus"] == {"name": "gpus", "hard": {"requests.nvidia.com/gpu": "16"},
-                              "used": {"requests.nvidia.com/gpu": "12"}, "scoped": False}
-    assert quotas["best-effort"]["scoped"] is True
+                              "used": {"requests.nvidia.com/gpu": "12"}, "spec": {}}
+    assert quotas["best-effort"]["spec"] == {"scopes": ["BestEffort"]}
     assert context.feasibility is None
     assert context.dry_run is None
 
@@ -129,7 +129,7 @@ def test_inventory_drives_every_cluster_aware_layer(cluster: Any) -> None:
     ]
     report = validate_manifest("---\n".join(yaml.safe_dump(d) for d in documents), context_for_cluster(cluster))
     found = {f.code for f in report.findings}
-    assert {"quota-exceeded", "quota-may-be-exceeded", "toleration-without-affinity", "admin-access-forbidden",
+    assert {"quota-exceeded", "toleration-without-affinity", "admin-access-forbidden",
             "unknown-namespace", "unknown-device-class"} <= found
     quota = next(f for f in report.findings if f.code == "quota-exceeded")
     assert "requests.nvidia.com/gpu needs 8, 4 of 16 left" in quota.message

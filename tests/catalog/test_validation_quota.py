@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from catalog.validation import Finding, ValidationContext, ValidationReport, validate_documents
+from inventory.k8s.semantics import limit_range_defaults
 from tests.catalog.test_validation import (
     NS,
     claim,
@@ -258,10 +259,46 @@ def test_exhausted_and_overused_quota() -> None:
     assert "needs 1, 0 of 4 left" in only(report, "quota-exceeded").message
 
 
-def test_scoped_quota_is_a_warning() -> None:
-    report = check(gpu_pod(8), quotas=[quota({"requests.nvidia.com/gpu": "1"}, scoped=True)])
-    assert only(report, "quota-may-be-exceeded").severity == "warning"
-    assert report.ok
+def test_several_quotas_name_the_one_that_binds_and_the_effective_limit() -> None:
+    quotas = [quota({"requests.nvidia.com/gpu": "40"}, {"requests.nvidia.com/gpu": "36"}, name="gpu-quota"),
+              quota({"requests.nvidia.com/gpu": "48"}, {"requests.nvidia.com/gpu": "36"}, name="platform")]
+    report = check(gpu_pod(8), quotas=quotas)
+    assert "gpu-quota" in only(report, "quota-exceeded").message
+    effective = only(report, "quota-effective").message
+    assert "ResourceQuota gpu-quota with 4 of 40 left" in effective
+    assert "platform 12 of 48" in effective
+
+
+def test_a_quota_scoped_to_another_priority_class_does_not_apply() -> None:
+    scoped = quota({"requests.nvidia.com/gpu": "1"}, name="low",
+                   spec={"scopeSelector": {"matchExpressions": [
+                       {"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}]}})
+    report = check(gpu_pod(8), quotas=[scoped])
+    assert codes(report, "quota") == ["no-quota"]
+    low = pod("low", containers=[container(limits={"nvidia.com/gpu": 8})], priorityClassName="low")
+    assert "ResourceQuota low (scope PriorityClass In [low])" in only(check(low, quotas=[scoped]),
+                                                                    "quota-exceeded").message
+
+
+@pytest.mark.parametrize(("scope", "applies"), [("BestEffort", False), ("NotBestEffort", True),
+                                                ("NotTerminating", True), ("Terminating", False)])
+def test_qos_and_deadline_scopes_decide_per_pod(scope: str, applies: bool) -> None:
+    # The pod requests cpu and memory (NotBestEffort) and has no activeDeadlineSeconds (NotTerminating).
+    report = check(gpu_pod(8), quotas=[quota({"pods": "0"}, name="scoped", spec={"scopes": [scope]})])
+    assert codes(report, "quota") == (["quota-exceeded"] if applies else ["no-quota"])
+    gpus_only = pod(containers=[{"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    activeDeadlineSeconds=600)  # QoS counts cpu and memory only: BestEffort, and Terminating
+    report = check(gpus_only, quotas=[quota({"pods": "0"}, name="scoped", spec={"scopes": [scope]})])
+    assert codes(report, "quota") == (["no-quota"] if applies else ["quota-exceeded"])
+
+
+def test_a_scoped_quota_never_counts_a_claim_and_a_bad_scope_is_reported() -> None:
+    key = f"{GPU_CLASS}.deviceclass.resource.k8s.io/devices"
+    doc = claim("c", {"name": "gpus", "exactly": exactly(count=4)})
+    assert codes(check(doc, quotas=[quota({key: "1"}, spec={"scopes": ["NotBestEffort"]})]), "quota") == ["no-quota"]
+    bad = quota({key: "1"}, spec={"scopes": ["Sometimes"]})
+    report = check(doc, quotas=[bad])
+    assert "unknown quota scope 'Sometimes'" in only(report, "quota-unreadable").message
 
 
 def test_unreadable_quota_values_are_skipped_with_a_warning() -> None:
@@ -292,3 +329,20 @@ def test_documents_failing_the_schema_are_not_counted() -> None:
 def test_context_without_quotas_for_cluster_unaware_runs() -> None:
     report = validate_documents([gpu_pod()], ValidationContext())
     assert report.findings == []
+
+
+def test_limit_range_defaults_are_what_the_quota_counts() -> None:
+    bare = {"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    limit_ranges = {NS: limit_range_defaults([{"limits": [
+        {"type": "Container", "defaultRequest": {"cpu": "2", "memory": "8Gi"}, "default": {"cpu": "4"}},
+        {"type": "Pod", "max": {"cpu": "64"}}]}])}
+    hard = {"requests.cpu": "3", "limits.cpu": "100"}
+    without = check(pod(containers=[bare]), quotas=[quota(hard)])
+    assert {f.code for f in without.findings if f.layer == "quota"} >= {"quota-requires-resource"}
+    report = check(pod(containers=[bare]), quotas=[quota(hard)], limit_ranges=limit_ranges)
+    assert needs(report) == {"limits.cpu": "needs 4, 100 of 100 left", "requests.cpu": "needs 2, 3 of 3 left"}
+    assert "quota-requires-resource" not in codes(report, "quota")
+    # A container's own limit is its request first; the LimitRange fills only what is left out.
+    own = {**bare, "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "1"}}}
+    assert needs(check(pod(containers=[own]), quotas=[quota(hard)], limit_ranges=limit_ranges))[
+        "requests.cpu"] == "needs 1, 3 of 3 left"

@@ -137,5 +137,6 @@ def applied_documents(monkeypatch: pytest.MonkeyPatch, tenant: str) -> list[Doc]
     grants = SimpleNamespace(filter=lambda *a, **k: SimpleNamespace(exists=lambda: True))
     monkeypatch.setattr(enforcement, "Grant", SimpleNamespace(objects=grants))
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    return [quota.quota_document(1, tenant), enforcement.admin_namespace_document(1, tenant, now),
+    return [quota.quota_document(1, tenant), quota.quota_document(1, tenant, name=f"{tenant}-gpus", hard={}),
+            enforcement.admin_namespace_document(1, tenant, now),
             *enforcement.privileged_documents(1, now, include_policy=True)]

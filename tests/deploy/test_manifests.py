@@ -488,8 +488,9 @@ def required_writer(monkeypatch: pytest.MonkeyPatch) -> set[Perm]:
         scope = (meta["namespace"] if meta["namespace"] == other_meta["namespace"] else "*") if namespaced else "*"
         group, resource = _group(one["apiVersion"]), plural[key]
         perms.add((scope, group, resource, "patch", name))
-        # Tenant namespaces are labelled, never created: applying a missing one must fail, not make it.
-        if not (one["kind"] == "Namespace" and name == "*"):
+        # Tenant namespaces are labelled, never created: applying a missing one must fail, not make it; the same for
+        # the quotas of other managers that a grant raises (any name).
+        if not (one["kind"] in ("Namespace", "ResourceQuota") and name == "*"):
             perms.add((scope, group, resource, "create", name))
         spec = one.get("spec") or {}
         if "paramKind" in spec:  # validatingadmissionpolicy/authz.go: get on every object of the paramKind
@@ -526,6 +527,9 @@ def test_the_writer_may_only_make_the_writes_of_the_enforcement(base: list[Doc],
     assert ("*", "", "namespaces", "patch", "*") in required
     assert ("*", "", "namespaces", "create", PORTAL_SYSTEM_NAMESPACE) in required
     assert ("*", "", "resourcequotas", "patch", "portal-accelerators") in required
+    assert ("*", "", "resourcequotas", "create", "portal-accelerators") in required
+    assert ("*", "", "resourcequotas", "patch", "*") in required
+    assert ("*", "", "resourcequotas", "create", "*") not in required
     assert (PORTAL_SYSTEM_NAMESPACE, "", "configmaps", "patch", "privileged-exceptions") in required
     assert ("*", "resource.k8s.io", "resourceclaims", "delete", "*") in required
 

@@ -27,15 +27,22 @@ from inventory.extract import extract_row
 from inventory.k8s.semantics import (
     MAX_QUANTITY,
     QuantityError,
+    effective_limits,
     format_quantity,
+    is_best_effort,
     is_extended_resource,
+    limit_range_defaults,
     node_selector_matches,
     parse_quantity,
     pod_resources,
     quantity_or_none,
+    quota_scope_problem,
+    quota_scope_text,
     scheduler_amount,
+    scope_matches_pod,
     toleration_tolerates,
     untolerated_taints,
+    with_limit_range_defaults,
 )
 from inventory.podstatus import pod_extended_requests
 
@@ -343,3 +350,92 @@ def test_numeric_toleration_operators(operator: str, value: str, taint_value: st
     taint = {"key": "gpu", "value": taint_value, "effect": "NoSchedule"}
     assert toleration_tolerates(toleration, taint, comparisons=True) is expected
     assert toleration_tolerates(toleration, taint, comparisons=False) is False  # before 1.35 the operator is unknown
+
+
+# ResourceQuota composition (inventory/k8s/semantics/quota.py).
+
+def _priority(operator: str, *values: str) -> dict:
+    return {"scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": operator,
+                                                    **({"values": list(values)} if values else {})}]}}
+
+
+@pytest.mark.parametrize(("spec", "pod_class", "matches"), [
+    (_priority("In", "high"), "high", True),
+    (_priority("In", "high"), "", False),
+    (_priority("NotIn", "high"), "", True),  # a pod without a class has no PriorityClass "label"
+    (_priority("NotIn", "high"), "high", False),
+    (_priority("Exists"), "", False),
+    (_priority("Exists"), "low", True),
+    (_priority("DoesNotExist"), "", True),
+    (_priority("DoesNotExist"), "low", False),
+    ({"scopes": ["PriorityClass"]}, "low", True),
+    ({}, "low", True),
+])
+def test_priority_class_scope(spec: dict, pod_class: str, matches: bool) -> None:
+    pod_spec = {"containers": [{"name": "c"}], **({"priorityClassName": pod_class} if pod_class else {})}
+    assert scope_matches_pod(spec, pod_spec) is matches
+
+
+def test_qos_deadline_and_affinity_scopes() -> None:
+    gpus_only = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    with_cpu = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    zero_cpu = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "0"}}}]}
+    assert is_best_effort(gpus_only)
+    assert is_best_effort(zero_cpu)
+    assert not is_best_effort(with_cpu)
+    assert not is_best_effort({"initContainers": [{"name": "i", "resources": {"limits": {"memory": "1Gi"}}}],
+                               "containers": [{"name": "c"}]})
+    assert scope_matches_pod({"scopes": ["Terminating", "BestEffort"]}, {**gpus_only, "activeDeadlineSeconds": 0})
+    assert not scope_matches_pod({"scopes": ["Terminating"]}, gpus_only)
+    assert scope_matches_pod({"scopes": ["NotTerminating", "NotBestEffort"]}, with_cpu)
+    cross = {"containers": [], "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "zone", "namespaceSelector": {}}]}}}
+    assert scope_matches_pod({"scopes": ["CrossNamespacePodAffinity"]}, cross)
+    assert not scope_matches_pod({"scopes": ["CrossNamespacePodAffinity"]}, with_cpu)
+    # Not a pod (a ResourceClaim, a Job): unscoped quotas only. Unreadable scopes match nothing, never raise.
+    assert scope_matches_pod({}, None)
+    assert not scope_matches_pod({"scopes": ["NotBestEffort"]}, None)
+    assert quota_scope_problem({"scopes": ["Sometimes"]}) == "unknown quota scope 'Sometimes'"
+    assert not scope_matches_pod({"scopes": ["Sometimes"]}, with_cpu)
+    assert scope_matches_pod({"scopeSelector": {"matchExpressions": "x"}}, with_cpu)  # no requirement: unscoped
+    assert quota_scope_text(_priority("In", "high")) == "PriorityClass In [high]"
+
+
+def test_effective_limit_is_the_tightest_matching_quota() -> None:
+    quotas = [
+        {"name": "gpu-quota", "hard": {"requests.nvidia.com/gpu": "40"}, "used": {"requests.nvidia.com/gpu": "36"}},
+        {"name": "portal", "hard": {"requests.nvidia.com/gpu": "8"}, "used": {"requests.nvidia.com/gpu": "0"}},
+        {"name": "high", "hard": {"requests.nvidia.com/gpu": "2"}, "used": {}, "spec": _priority("In", "high")},
+        {"name": "broken", "hard": {"requests.nvidia.com/gpu": "x"}},
+    ]
+    limits, unreadable = effective_limits(quotas, {"containers": []})
+    gpu = limits["requests.nvidia.com/gpu"]
+    assert (gpu.limit, gpu.headroom, gpu.binding.quota) == (8, 4, "gpu-quota")  # smallest hard; first to refuse
+    assert [q.quota for q in gpu.quotas] == ["gpu-quota", "portal"]
+    assert unreadable == ["broken"]
+    limits, _ = effective_limits(quotas, {"containers": [], "priorityClassName": "high"})
+    assert limits["requests.nvidia.com/gpu"].binding.quota == "high"
+    limits, _ = effective_limits(quotas, match_all=True)
+    assert [q.quota for q in limits["requests.nvidia.com/gpu"].quotas] == ["gpu-quota", "high", "portal"]
+
+
+def test_limit_range_defaults_fill_only_what_a_container_leaves_out() -> None:
+    defaults = limit_range_defaults([
+        {"limits": [{"type": "Container", "default": {"cpu": "2", "nvidia.com/gpu": "1"},
+                     "defaultRequest": {"cpu": "500m"}},
+                    {"type": "Pod", "max": {"cpu": "8"}}, "junk", {"type": "Container", "default": {"memory": "x"}}]},
+        None,
+    ])
+    assert defaults == [({"cpu": "2", "nvidia.com/gpu": "1"}, {"cpu": "500m", "nvidia.com/gpu": "1"})]
+    spec = {"initContainers": [{"name": "init"}],
+            "containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}, {"name": "b"}, "bad"]}
+    out = with_limit_range_defaults(spec, defaults)
+    assert out["containers"][0]["resources"] == {"limits": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                                 "requests": {"cpu": "1", "nvidia.com/gpu": "1"}}
+    assert out["containers"][1]["resources"] == {"limits": {"cpu": "2", "nvidia.com/gpu": "1"},
+                                                 "requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}
+    assert out["initContainers"][0]["resources"]["requests"]["cpu"] == "500m"
+    assert out["containers"][2] == "bad"
+    assert spec["containers"][1] == {"name": "b"}  # the input is left alone
+    assert with_limit_range_defaults(spec, []) is spec
+    assert pod_resources({"spec": out}).requests["cpu"] == Fraction(3, 2)  # 1 + 0.5 (the init's 0.5 is less)

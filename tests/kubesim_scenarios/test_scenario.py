@@ -18,12 +18,13 @@ KIND_ORDER = [
     "Node",
     "ResourceSlice",
     "ResourceQuota",
+    "LimitRange",
     "ResourceClaimTemplate",
     "ResourceClaim",
     "Pod",
     "Event",
 ]
-NAMESPACED = {"Pod", "ResourceQuota", "Event", "ResourceClaim", "ResourceClaimTemplate"}
+NAMESPACED = {"Pod", "ResourceQuota", "LimitRange", "Event", "ResourceClaim", "ResourceClaimTemplate"}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
