@@ -27,11 +27,11 @@ SCOPES = {"Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "Prior
           "CrossNamespacePodAffinity"}
 
 
-def _d(value: Any) -> dict:
+def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _l(value: Any) -> list:
+def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -64,11 +64,11 @@ def pod_usage(spec: Any) -> dict[str, Fraction]:
             for name, amount in amounts.items():
                 total[name] = max(total.get(name, Fraction(0)), amount)
     for name, value in _d(spec.get("overhead")).items():
-        amount = _q(value)
-        if amount is not None:
+        overhead = _q(value)
+        if overhead is not None:
             for total in totals:
                 if name in total or total is totals[0]:
-                    total[name] = total.get(name, Fraction(0)) + amount
+                    total[name] = total.get(name, Fraction(0)) + overhead
     requests, limits = totals
     usage = {"pods": Fraction(1), "count/pods": Fraction(1)}
     for name in COMPUTE:
@@ -82,7 +82,7 @@ def pod_usage(spec: Any) -> dict[str, Fraction]:
     return usage
 
 
-def _best_effort(spec: dict) -> bool:
+def _best_effort(spec: dict[str, Any]) -> bool:
     for container in [*_l(spec.get("initContainers")), *_l(spec.get("containers"))]:
         for part in _container_amounts(container):
             if any(part.get(name) for name in QOS_RESOURCES):
@@ -90,19 +90,19 @@ def _best_effort(spec: dict) -> bool:
     return True
 
 
-def _scope_matches(requirement: dict, spec: dict) -> bool:
+def _scope_matches(requirement: dict[str, Any], spec: dict[str, Any]) -> bool:
     name, operator = requirement.get("scopeName"), requirement.get("operator")
     if name in ("Terminating", "NotTerminating"):
         deadline = spec.get("activeDeadlineSeconds")
         terminating = isinstance(deadline, int) and not isinstance(deadline, bool) and deadline >= 0
-        return terminating == (name == "Terminating")
+        return bool(terminating == (name == "Terminating"))
     if name in ("BestEffort", "NotBestEffort"):
-        return _best_effort(spec) == (name == "BestEffort")
+        return bool(_best_effort(spec) == (name == "BestEffort"))
     if name == "PriorityClass":
         value = spec.get("priorityClassName") if isinstance(spec.get("priorityClassName"), str) else ""
         values = _l(requirement.get("values"))
         return {"Exists": bool(value), "DoesNotExist": not value, "In": bool(value) and value in values,
-                "NotIn": not value or value not in values}.get(operator, False)
+                "NotIn": not value or value not in values}.get(str(operator), False)
     if name == "CrossNamespacePodAffinity":
         affinity = _d(spec.get("affinity"))
         for kind in ("podAffinity", "podAntiAffinity"):
@@ -114,7 +114,7 @@ def _scope_matches(requirement: dict, spec: dict) -> bool:
     return False
 
 
-def quota_matches(quota: dict, pod_spec: dict) -> bool:
+def quota_matches(quota: dict[str, Any], pod_spec: dict[str, Any]) -> bool:
     spec = _d(quota.get("spec"))
     requirements = [{"scopeName": s, "operator": "Exists"} for s in _l(spec.get("scopes"))]
     requirements += [_d(r) for r in _l(_d(spec.get("scopeSelector")).get("matchExpressions"))]
@@ -136,7 +136,7 @@ def _fmt(value: Fraction, key: str = "") -> str:
     return str(float(value))
 
 
-def _listed(values: dict, keys: list[str]) -> str:
+def _listed(values: dict[str, Any], keys: list[str]) -> str:
     """`requests.nvidia.com/gpu=4,pods=1`, as the API server lists quota figures."""
     return ",".join(f"{key}={_fmt(values[key], key) if isinstance(values[key], Fraction) else values[key]}"
                     for key in keys)
@@ -152,7 +152,7 @@ class QuotaAdmission:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def _used(self, namespace: str, quota: dict, exclude: str = "") -> dict[str, Fraction]:
+    def _used(self, namespace: str, quota: dict[str, Any], exclude: str = "") -> dict[str, Fraction]:
         hard = _d(_d(quota.get("spec")).get("hard"))
         used = {key: Fraction(0) for key in hard if _pod_keys(key)}
         for so in self._store.sorted_objects("pods"):
@@ -170,13 +170,13 @@ class QuotaAdmission:
                     used[key] += amount
         return used
 
-    def _status(self, quota: dict, used: dict[str, Fraction]) -> dict:
+    def _status(self, quota: dict[str, Any], used: dict[str, Fraction]) -> dict[str, Any]:
         hard = dict(_d(_d(quota.get("spec")).get("hard")))
         previous = _d(_d(quota.get("status")).get("used"))
         shown = {key: _fmt(used[key], key) if key in used else str(previous.get(key, "0")) for key in hard}
         return {"hard": hard, "used": shown}
 
-    def quota_written(self, obj: dict) -> None:
+    def quota_written(self, obj: dict[str, Any]) -> None:
         """A quota created or its spec changed: status follows (hard from spec, used from the pods)."""
         namespace = _d(obj.get("metadata")).get("namespace") or ""
         obj["status"] = self._status(obj, self._used(namespace, obj))
@@ -191,12 +191,12 @@ class QuotaAdmission:
                 quota["status"] = self._status(quota, self._used(so.key[0], quota))
                 self._store.update("resourcequotas", quota, subresource="status", check_rv=False)
 
-    def limit_range_defaults(self, pod: dict) -> None:
+    def limit_range_defaults(self, pod: dict[str, Any]) -> None:
         """The LimitRanger admission plugin (it runs before quota): every container and init container gets, for
         each resource it does not state, the `default` limit and the `defaultRequest` request of the namespace's
         LimitRanges of type Container (a request still defaults to the container's own limit first)."""
         namespace = _d(pod.get("metadata")).get("namespace") or ""
-        defaults: list[tuple[dict, dict]] = []
+        defaults: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for so in self._store.sorted_objects("limitranges"):
             if so.key[0] != namespace:
                 continue
@@ -228,12 +228,12 @@ class QuotaAdmission:
                 if not resources[key]:
                     del resources[key]
 
-    def admit_pod(self, pod: dict, *, dry_run: bool) -> None:
+    def admit_pod(self, pod: dict[str, Any], *, dry_run: bool) -> None:
         """Refuse the pod if any matching quota would be exceeded; otherwise charge it (unless a dry run)."""
         meta = _d(pod.get("metadata"))
         namespace, name, spec = meta.get("namespace") or "", meta.get("name") or "", _d(pod.get("spec"))
         usage = pod_usage(spec)
-        charged: list[tuple[dict, dict[str, Fraction]]] = []
+        charged: list[tuple[dict[str, Any], dict[str, Fraction]]] = []
         for so in self._store.sorted_objects("resourcequotas"):
             quota = so.obj
             if _d(quota.get("metadata")).get("namespace") != namespace or not quota_matches(quota, spec):
