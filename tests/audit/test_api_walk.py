@@ -109,6 +109,8 @@ RECIPES: dict[str, Callable[[dict[str, Any]], Call]] = {
         w["approver"], f"/api/v1/quota-requests/{_quota_request(w).pk}/approve/", {"comment": "ok"}),
     "v1_quota_requests_deny_create": lambda w: Call(
         w["approver"], f"/api/v1/quota-requests/{_quota_request(w).pk}/deny/", {"comment": "no capacity"}),
+    "v1_quota_requests_submit_create": lambda w: Call(
+        w["lead"], f"/api/v1/quota-requests/{_quota_request(w, QuotaRequest.State.DRAFT).pk}/submit/"),
     "v1_quota_requests_withdraw_create": lambda w: Call(
         w["lead"], f"/api/v1/quota-requests/{_quota_request(w).pk}/withdraw/"),
     "v1_quota_requests_reduce_create": lambda w: Call(
