@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -102,16 +103,29 @@ def _extended_name(cluster_id: int, offering: Offering) -> str:
 def desired_hard(cluster_id: int, namespace: str, *, now: dt.datetime | None = None) -> dict[str, str]:
     """The portal's quota for a namespace: granted units of unexpired requests summed per key. A request past its
     end counts for nothing, even before the beat marks it expired."""
-    totals: dict[str, int] = defaultdict(int)
-    keys: dict[int, list[str]] = {}  # per offering: one DeviceClass lookup, however many requests
-    for request in QuotaRequest.objects.filter(unexpired(now or timezone.now()), cluster_id=cluster_id,
-                                               namespace=namespace, state__in=GRANTED).select_related("offering"):
-        if request.offering_id not in keys:
-            keys[request.offering_id] = quota_keys(
-                request.offering, extended_resource_name=_extended_name(cluster_id, request.offering))
-        for key in keys[request.offering_id]:
-            totals[key] += request.units
-    return {key: str(value) for key, value in sorted(totals.items())}
+    return desired_hards([(cluster_id, namespace)], now=now)[(cluster_id, namespace)]
+
+
+def desired_hards(targets: Iterable[tuple[int, str]], *, now: dt.datetime | None = None,
+                  ) -> dict[tuple[int, str], dict[str, str]]:
+    """`desired_hard` of many (cluster, namespace) pairs in one query (a lead's quota page lists all of theirs)."""
+    wanted = set(targets)
+    totals: dict[tuple[int, str], dict[str, int]] = {target: defaultdict(int) for target in wanted}
+    if not wanted:
+        return {}
+    condition = Q()
+    for cluster_id, namespace in wanted:
+        condition |= Q(cluster_id=cluster_id, namespace=namespace)
+    keys: dict[tuple[int, int], list[str]] = {}  # per (cluster, offering): one DeviceClass lookup
+    for request in QuotaRequest.objects.filter(condition, unexpired(now or timezone.now()),
+                                               state__in=GRANTED).select_related("offering"):
+        target = (request.cluster_id, request.namespace)
+        if (request.cluster_id, request.offering_id) not in keys:
+            keys[(request.cluster_id, request.offering_id)] = quota_keys(
+                request.offering, extended_resource_name=_extended_name(request.cluster_id, request.offering))
+        for key in keys[(request.cluster_id, request.offering_id)]:
+            totals[target][key] += request.units
+    return {target: {key: str(value) for key, value in sorted(found.items())} for target, found in totals.items()}
 
 
 def granted_units(cluster_id: int, offering: Offering, hard: dict[str, str]) -> int:
@@ -142,6 +156,23 @@ def recent_increase(*, cluster_id: int, namespace: str, offering: Offering, now:
     if exclude_id is not None:
         requests = requests.exclude(pk=exclude_id)
     return int(requests.aggregate(total=Sum("units"))["total"] or 0)
+
+
+def recent_increases(requests: Sequence[QuotaRequest], *, now: dt.datetime | None = None) -> dict[int, int]:
+    """`recent_increase` for each of many requests (excluding the request itself), in one query."""
+    if not requests:
+        return {}
+    since = (now or timezone.now()) - dt.timedelta(days=settings.PORTAL_QUOTA_THRESHOLD_WINDOW_DAYS)
+    condition = Q()
+    for request in requests:
+        condition |= Q(cluster_id=request.cluster_id, namespace=request.namespace, offering_id=request.offering_id)
+    totals: dict[tuple[int, str, int], list[tuple[int, int]]] = defaultdict(list)
+    for pk, cluster_id, namespace, offering_id, units in QuotaRequest.objects.filter(
+            condition, created_at__gte=since, state__in=(State.DRAFT, State.SUBMITTED, State.APPROVED, *GRANTED),
+    ).values_list("pk", "cluster_id", "namespace", "offering_id", "units"):
+        totals[(cluster_id, namespace, offering_id)].append((pk, units))
+    return {request.pk: sum(units for pk, units in totals[(request.cluster_id, request.namespace, request.offering_id)]
+                            if pk != request.pk) for request in requests}
 
 
 def approvals_required(offering: Offering, units: int, *, earlier_units: int = 0) -> int:

@@ -4,6 +4,7 @@ namespaces' quotas (hard, used, headroom). Querysets are scoped to the user's te
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -14,7 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from catalog.models import Offering
+from catalog.models import Offering, OfferingCapacity
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
@@ -29,7 +30,7 @@ from portal.quota import (
     quota_request_retry,
     quota_request_submit,
     quota_request_withdraw,
-    recent_increase,
+    recent_increases,
 )
 
 # The pod the quota pages speak for: requests cpu (NotBestEffort), no priority class, no activeDeadlineSeconds. A
@@ -95,38 +96,59 @@ def _entries(quotas: Any) -> list[dict[str, Any]]:
 
 
 def request_context(request: QuotaRequest) -> dict[str, Any]:
-    """What an approver needs to decide: the namespace's effective limit (every quota of the namespace applies; the
-    tightest binds) and use, free capacity, and granted quota against physical capacity. Granted quota in the
-    cluster is the sum over namespaces of each one's effective limit (two quotas on one key are not two grants)."""
-    key = quota_keys(request.offering)[0]
-    by_namespace: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in ResourceQuota.objects.live().filter(cluster_id=request.cluster_id).values("namespace", "name", "hard",
-                                                                                         "used", "raw"):
-        by_namespace[row["namespace"]].append(row)
-    limits = {namespace: effective_limits(_entries(rows), ORDINARY_POD)[0].get(key) for namespace, rows in by_namespace.items()}
-    granted_now = sum(int(limit.limit) for limit in limits.values() if limit is not None)
-    here = limits.get(request.namespace)
-    hard_here, used_here = (int(here.limit), int(here.used)) if here else (0, 0)
+    """What an approver needs to decide (see `request_contexts`)."""
+    return request_contexts([request])[request.pk]
+
+
+def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, Any]]:
+    """What an approver needs to decide, per request: the namespace's effective limit (every quota of the namespace
+    applies; the tightest binds) and use, free capacity, and granted quota against physical capacity. Granted quota
+    in the cluster is the sum over namespaces of each one's effective limit (two quotas on one key are not two
+    grants). A fixed number of queries however many requests (the approvers' queue and the API list many)."""
+    if not requests:
+        return {}
+    clusters = {r.cluster_id for r in requests}
+    quotas: dict[int, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for row in ResourceQuota.objects.live().filter(cluster_id__in=clusters).values(
+            "cluster_id", "namespace", "name", "hard", "used", "raw"):
+        quotas[row["cluster_id"]][row["namespace"]].append(row)
     # Physical capacity is the capacity recomputation's quota_capacity (catalog.services.capacity
     # quota_key_capacity), the number the offering pages and the oversubscription page show: read, never recomputed
     # here, so every page agrees until the next recomputation.
-    figures = request.offering.offeringcapacity_rows.filter(cluster_id=request.cluster_id).values(
-        "quota_capacity", "free", "computed_at").first() or {"quota_capacity": None, "free": 0, "computed_at": None}
-    physical, free = figures["quota_capacity"], figures["free"]
-    # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
-    pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED,
-                                QuotaRequest.State.APPLYING, QuotaRequest.State.FAILED}
-    granted_after = granted_now + (request.units if pending else 0)
-    window = recent_increase(cluster_id=request.cluster_id, namespace=request.namespace, offering=request.offering,
-                             exclude_id=request.pk) + request.units
-    return {"quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
+    figures = {(row["offering_id"], row["cluster_id"]): row for row in OfferingCapacity.objects.filter(
+        cluster_id__in=clusters, offering_id__in={r.offering_id for r in requests}).values(
+        "offering_id", "cluster_id", "quota_capacity", "free", "computed_at")}
+    recent = recent_increases(requests)
+    limits_cache: dict[tuple[int, str], dict[str, Any]] = {}
+    out: dict[int, dict[str, Any]] = {}
+    for request in requests:
+        key = quota_keys(request.offering)[0]
+        if (request.cluster_id, key) not in limits_cache:
+            limits_cache[(request.cluster_id, key)] = {
+                namespace: effective_limits(_entries(rows), ORDINARY_POD)[0].get(key)
+                for namespace, rows in quotas[request.cluster_id].items()}
+        limits = limits_cache[(request.cluster_id, key)]
+        granted_now = sum(int(limit.limit) for limit in limits.values() if limit is not None)
+        here = limits.get(request.namespace)
+        hard_here, used_here = (int(here.limit), int(here.used)) if here else (0, 0)
+        capacity = figures.get((request.offering_id, request.cluster_id)) or {
+            "quota_capacity": None, "free": 0, "computed_at": None}
+        physical, free = capacity["quota_capacity"], capacity["free"]
+        # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
+        pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED,
+                                    QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING,
+                                    QuotaRequest.State.FAILED}
+        granted_after = granted_now + (request.units if pending else 0)
+        out[request.pk] = {
+            "quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
             "binding_quota": here.binding.quota if here else "",
             "namespace_quotas": [{"quota": q.quota, "hard": int(q.hard), "used": int(q.used), "scope": q.scope}
                                  for q in here.quotas] if here else [],
-            "namespace_recent_increase": window,
+            "namespace_recent_increase": recent[request.pk] + request.units,
             "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
-            "physical_capacity": physical, "capacity_computed_at": figures["computed_at"],
+            "physical_capacity": physical, "capacity_computed_at": capacity["computed_at"],
             "oversubscription": round(granted_after / physical, 3) if physical else None}
+    return out
 
 
 class DecisionSerializer(serializers.ModelSerializer):
@@ -154,6 +176,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_context(self, obj: QuotaRequest) -> dict[str, Any]:
+        contexts = self.context.get("request_contexts")  # the list view computes them for the whole page at once
+        if contexts is not None and obj.pk in contexts:
+            return dict(contexts[obj.pk])
         return request_context(obj)
 
 
@@ -184,6 +209,15 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
     def get_queryset(self) -> QuerySet[QuotaRequest]:
         return QuotaRequest.objects.visible_to(self.request.user).select_related(
             "tenant", "cluster", "offering", "requested_by").prefetch_related("decisions__approver")
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A page of requests with their approver context computed for the page at once (no query per request)."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = list(page) if page is not None else list(queryset)
+        context = {**self.get_serializer_context(), "request_contexts": request_contexts(rows)}
+        data = self.get_serializer(rows, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -23,7 +23,7 @@ from portal.models import Notification, QuotaNamespaceState, QuotaRequest, Tenan
 from portal.notifications import notifications_read
 from portal.quota import (
     MAX_UNITS,
-    desired_hard,
+    desired_hards,
     granted_units,
     quota_request_create,
     quota_request_decide,
@@ -31,7 +31,7 @@ from portal.quota import (
     quota_request_retry,
     quota_request_withdraw,
 )
-from portal.quota_api import quota_rows, request_context
+from portal.quota_api import quota_rows, request_context, request_contexts
 from portal.roles import Role, user_has_role
 
 
@@ -76,8 +76,9 @@ def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str,
     """For the form's live total: units granted per (namespace, offering) and physical units per (cluster,
     offering) from the last capacity recomputation."""
     granted: dict[str, int] = {}
+    hards = desired_hards((tn.cluster_id, tn.namespace) for tn in led)
     for tn in led:
-        hard = desired_hard(tn.cluster_id, tn.namespace)
+        hard = hards[(tn.cluster_id, tn.namespace)]
         for offering in offerings:
             granted[f"{tn.cluster_id}/{tn.namespace}|{offering.slug}"] = granted_units(tn.cluster_id, offering, hard)
     physical = {f"{row.cluster_id}|{row.offering.slug}": row.quota_capacity for row in OfferingCapacity.objects.filter(
@@ -184,7 +185,9 @@ class ApprovalQueueView(ApproverRequiredMixin, ListView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["rows"] = [(r, request_context(r)) for r in context["pending"]]
+        pending = list(context["pending"])
+        contexts = request_contexts(pending)
+        context["rows"] = [(r, contexts[r.pk]) for r in pending]
         context["cluster_states"] = QuotaNamespaceState.objects.exclude(
             status=QuotaNamespaceState.Status.IN_SYNC).select_related("cluster")
         return context

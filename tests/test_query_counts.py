@@ -39,6 +39,8 @@ WINDOW = f"{_today - dt.timedelta(days=7)},{_today + dt.timedelta(days=1)}"
 URLS = [
     ("ada", "/tenants/"),
     ("ada", "/api/v1/tenants/"),
+    ("lena", "/api/v1/quota-requests/"),
+    ("abe", "/quota/queue/"),
     ("lena", "/quota/"),
     ("mia", "/api/v1/access-requests/"),
     ("sol", "/access/queue/"),
