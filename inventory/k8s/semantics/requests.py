@@ -195,7 +195,7 @@ def pod_resources(pod: Any) -> PodResources:
         if overhead is not None:
             _add(totals[0], {name: overhead})
             if name in totals[1]:
-                _add(totals[1], {name: amount})
+                _add(totals[1], {name: overhead})
     return PodResources(
         requests={name: amount for name, amount in totals[0].items() if amount > 0},
         limits={name: amount for name, amount in totals[1].items() if amount > 0},
