@@ -153,7 +153,7 @@ PCI_BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2b", "3b", "
 MODES = ("whole", "mig", "time-slicing", "mps", "dra", "cpu")
 # nvidia.com/mig.config.state as the GPU Operator's MIG manager sets it
 MIG_CONFIG_STATES = ("success", "pending", "rebooting", "failed")
-STATES = ("running", "pending", "failed", "succeeded", "creating", "crashloop")
+STATES = ("running", "pending", "failed", "succeeded", "creating", "crashloop", "scheduled")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1843,6 +1843,9 @@ class _Builder:
             raise ScenarioError(f"{ctx}.createdAt: seconds before the scenario's epoch, between -2592000 and 0 "
                                 f"(exclusive), got {created_at!r}")
         for i in range(count):
+            # "scheduled": the simulator's scheduler decides, pod by pod in order: bound where it fits now,
+            # else Pending with the scheduler's message (a gang's pods after the first that finds no room).
+            pod_state = "running" if state == "scheduled" else state
             ns = nss[i % len(nss)]
             tmpl_hash = _suffix(10, self.seed, "rs", ns, name)
             pod_name = self._pod_name(ns, name, controller, i // len(nss), per_ns, tmpl_hash)
@@ -1853,7 +1856,7 @@ class _Builder:
             for r in norm_refs:
                 if "claim" in r:
                     pod_claims.append((r, self.claims[(ns, r["claim"])]))
-                elif state not in ("failed", "succeeded"):
+                elif pod_state not in ("failed", "succeeded"):
                     tpl = self.templates[(ns, r["template"])]
                     cname = f"{pod_name}-{r['name']}-{_suffix(5, self.seed, 'claim', ns, pod_name, r['name'])}"[:253]
                     claim = ClaimState(
@@ -1876,33 +1879,36 @@ class _Builder:
             message = None
             extended_status: dict[str, Any] | None = None
             rejected = ""
-            if state in ("running", "creating", "crashloop", "failed", "succeeded"):
+            if pod_state in ("running", "creating", "crashloop", "failed", "succeeded"):
                 node, ext_claim, rejected = self._place(
                     pool,
                     node_selector,
                     tolerations,
                     req,
                     [c for _, c in pod_claims],
-                    consume=state not in ("failed", "succeeded"),
+                    consume=pod_state not in ("failed", "succeeded"),
                     extended=extended,
                     created=created,
                 )
-                if node is None:
+                if node is None and state == "scheduled":
+                    pod_state = "pending"
+                elif node is None:
                     raise ScenarioError(
                         f"{ctx}: no node {'in pool ' + repr(pool) if pool else ''} has room for pod "
-                        f"{ns}/{pod_name} ({state}); add nodes or lower the request"
+                        f"{ns}/{pod_name} ({pod_state}); add nodes or lower the request"
                     )
                 if ext_claim is not None:
-                    extended_status = self._extended_claim(ext_claim, ns, pod_name, pod_uid, created, state, ctx)
+                    extended_status = self._extended_claim(ext_claim, ns, pod_name, pod_uid, created, pod_state, ctx)
                 for _, claim in pod_claims:
-                    if state not in ("failed", "succeeded") and not rejected and len(claim.reserved) < 256:
+                    if node is not None and pod_state not in ("failed", "succeeded") and not rejected \
+                            and len(claim.reserved) < 256:
                         claim.reserved.append({"resource": "pods", "name": pod_name, "uid": pod_uid})
-            else:
+            if pod_state == "pending":
                 key = wi
                 if key not in self.pending_cache:
                     self.pending_cache[key] = self._unschedulable_message(
                         node_selector, tolerations, req, [c for _, c in pod_claims], f"{ctx} ({ns}/{pod_name})",
-                        extended,
+                        extended, fits_ok=state == "scheduled",
                     )
                 message = self.pending_cache[key]
             pod = self._pod_object(
@@ -1913,7 +1919,7 @@ class _Builder:
                 pod_uid,
                 i // len(nss),
                 created,
-                state,
+                pod_state,
                 controller,
                 restart,
                 image,
@@ -1932,7 +1938,7 @@ class _Builder:
                 rejected,
             )
             self.pods.append(pod)
-            if state not in ("failed", "succeeded") and not rejected:
+            if pod_state not in ("failed", "succeeded") and not rejected:
                 self.pod_usage.append((ns, req))
             if message:
                 self._event(
@@ -1950,7 +1956,7 @@ class _Builder:
             elif rejected:
                 self._event(ns, pod_name, pod_uid, created + 2, "Warning", ADMISSION_ERROR_REASON, rejected, 1,
                             "kubelet", "")
-            elif state == "creating":
+            elif pod_state == "creating":
                 self._event(
                     ns,
                     pod_name,
@@ -2135,11 +2141,16 @@ class _Builder:
         claims: list[ClaimState],
         ctx: str,
         extended: dict[str, str] | None = None,
+        fits_ok: bool = False,
     ) -> str:
+        """The FailedScheduling message; a node where the pod fits is an error in the scenario, unless `fits_ok`
+        (the placement found no room for a "scheduled" pod: such a node is left out of the histogram)."""
         hist: dict[str, int] = {}
         unresolvable = 0
         for node in self.nodes:
             reasons = self._filter_reasons(node, selector, tolerations, req, claims, extended)
+            if not reasons and fits_ok:
+                continue
             if not reasons:
                 raise ScenarioError(
                     f"{ctx}: declared pending but it fits on node {node.name}; request more than is "

@@ -47,6 +47,7 @@ __all__ = [
     "Constraint",
     "ExactRequest",
     "NodeAllocation",
+    "Pick",
     "Request",
     "allocate_on_node",
     "prepare_matches",
@@ -340,6 +341,17 @@ class NodeAllocation:
     details: list[str] = field(default_factory=list)
     free_by_request: dict[str, int] = field(default_factory=dict)  # first alternative: free matching devices
     holders: dict[str, int] = field(default_factory=dict)  # "ns/claim" → matching devices it holds here
+    picks: list[Pick] = field(default_factory=list)  # on success: the devices chosen (a gang consumes them)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One device the allocator chose for a claim: what placing the pod would consume."""
+
+    claim: int  # index into the pod's pending claims
+    device: int  # index into ClusterSnapshot.devices
+    admin: bool
+    share: Mapping[str, Any] | None  # consumed capacity of a shared device (allowMultipleAllocations)
 
 
 def _qualified(attribute: str, driver: str) -> str:
@@ -394,6 +406,7 @@ class _Search:
         ]
         self.steps_plan = [(ci, request) for ci, claim in enumerate(claims) for request in claim.requests]
         self.counts = [0] * len(claims)
+        self.picked: list[Pick] = []  # added and removed in stack order by _add/_remove
 
     def run(self) -> bool:
         return self._solve(0)
@@ -506,6 +519,7 @@ class _Search:
             consumable.add(self.capacity.setdefault(index, {}), share)
             self.shares.setdefault((claim_index, index, request.name), []).append(share)
             self.share_count[index] = self.share_count.get(index, 0) + 1
+        self.picked.append(Pick(claim_index, index, request.admin, share))
         return True
 
     def _undo_constraints(self, claim_index: int, request: ExactRequest, upto: int) -> None:
@@ -516,6 +530,7 @@ class _Search:
 
     def _remove(self, claim_index: int, request: ExactRequest, index: int) -> None:
         record = self.usable[index]
+        self.picked.pop()
         self._undo_constraints(claim_index, request, len(self.claims[claim_index].constraints))
         self.allocating[index].discard(claim_index)
         self.counts[claim_index] -= 1
@@ -700,6 +715,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
     solved = search.run()
     budget.remaining -= search.steps
     if solved:
+        result.picks = list(search.picked)
         return result
     result.ok = False
     if search.exhausted:
