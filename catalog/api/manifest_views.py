@@ -15,9 +15,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.feasibility import ManifestError, load_objects, split_pod_manifest
+from catalog.feasibility.gang import MAX_GANG_PODS, gang_pods
 from catalog.generator import SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.models import Offering
-from catalog.services.manifests import manifest_validate, pod_explain
+from catalog.services.manifests import gang_explain, manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
@@ -187,4 +188,45 @@ class FeasibilityView(PortalExceptionHandlerMixin, APIView):
         explanation = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates])
         body = explanation.as_json()
         body["notes"] = [*notes, *body.get("notes", [])]
+        return Response(body)
+
+
+class GangFeasibilityInputSerializer(FeasibilityInputSerializer):
+    manifest = serializers.CharField(
+        max_length=MAX_MANIFEST, required=False, trim_whitespace=False,
+        help_text="YAML/JSON: a Job (parallelism, completions, Indexed), a JobSet, a training job with "
+                  "spec.*ReplicaSpecs (PyTorchJob…), a Deployment/StatefulSet, or several Pods — plus their "
+                  "ResourceClaim(Template)s.")
+    replicas = serializers.IntegerField(required=False, min_value=1, max_value=MAX_GANG_PODS,
+                                        help_text="With a single Pod: the gang is this many identical pods.")
+
+
+class GangFeasibilityView(PortalExceptionHandlerMixin, APIView):
+    """Can all pods of a multi-pod workload be placed at the same time? Placed in order on a copy of the cluster's
+    snapshot: the first pod that fails and why (the scheduler's words), and the largest gang placeable now."""
+
+    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
+    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+
+    @extend_schema(request=GangFeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        data = GangFeasibilityInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        cluster = data.validated_data["cluster"]
+        try:
+            objects = load_objects(data.validated_data["manifest"]) if "manifest" in data.validated_data else [
+                {"apiVersion": "v1", "kind": "Pod", **data.validated_data["pod"]}]
+            pods, claims, templates, notes = gang_pods(objects, replicas=data.validated_data.get("replicas"))
+        except ManifestError as exc:
+            return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        if not scope_for(request.user).everything:
+            targets = set(targets_for(request.user, cluster))
+            outside = sorted({p.pod["metadata"]["namespace"] for p in pods} - targets)
+            if outside:
+                return Response({"namespace": [f"{outside[0]!r} is not one of your namespaces in {cluster.name}: "
+                                               "feasibility is explained only for your own namespaces."]},
+                                status=status.HTTP_400_BAD_REQUEST)
+        gang = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates])
+        body = gang.as_json()
+        body["notes"] = [*notes, *body["notes"]]
         return Response(body)
