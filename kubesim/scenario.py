@@ -149,6 +149,7 @@ MIG_CONFIGS = {
     "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
     "all-1g.5gb": {"1g.5gb": 7},
 }
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
 PCI_BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2b", "3b", "5e", "9b", "ac", "bb", "dc"]
 MODES = ("whole", "mig", "time-slicing", "mps", "dra", "cpu")
 # nvidia.com/mig.config.state as the GPU Operator's MIG manager sets it
@@ -716,6 +717,7 @@ class _Builder:
         "gfdLabels",
         "missingDevicePlugin",
         "machine",
+        "cliqueSize",
     }
 
     def build_nodes(self) -> None:
@@ -745,6 +747,11 @@ class _Builder:
             if unschedulable:
                 taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
             zones = pool.get("zones") or zones_default
+            # NVLink domains (multi-node NVLink, e.g. GB200 NVL72): GFD labels each node nvidia.com/gpu.clique
+            # <cluster UUID>.<clique id>; consecutive nodes of the pool form cliques of cliqueSize nodes.
+            clique_size = _int(pool["cliqueSize"], f"{ctx}.cliqueSize", 1) if "cliqueSize" in pool else 0
+            if clique_size and not pool.get("gpu"):
+                raise ScenarioError(f"{ctx}.cliqueSize: only for GPU pools")
             width = max(3, len(str(count)))
             unhealthy = _int(pool.get("unhealthy", 0), f"{ctx}.unhealthy")
             unhealthy_nodes = _int(pool.get("unhealthyNodes", 1 if unhealthy else 0), f"{ctx}.unhealthyNodes")
@@ -772,6 +779,8 @@ class _Builder:
                     unhealthy if i < unhealthy_nodes else 0,
                     i < missing_nodes,
                 )
+                if clique_size:
+                    node.labels[CLIQUE_LABEL] = f"{_uid(self.seed, 'Clique', '', pname)}.{i // clique_size}"
                 self.nodes.append(node)
                 self.nodes_by_name[name] = node
                 self.pool_nodes[pname].append(node)
@@ -801,6 +810,7 @@ class _Builder:
                 "cudaRuntime",
                 "migCapable",
                 "smPerSlice",
+                "pcieRoots",
             },
             gctx,
             ("model", "perNode"),
@@ -822,6 +832,11 @@ class _Builder:
         base["perNode"] = _int(g["perNode"], f"{gctx}.perNode", 1)
         if base["perNode"] > len(PCI_BUSES):
             raise ScenarioError(f"{gctx}.perNode: at most {len(PCI_BUSES)} GPUs per node")
+        # PCIe root complexes the GPUs hang off (DRA attribute resource.kubernetes.io/pcieRoot): by default one per
+        # GPU (an HGX board); fewer put consecutive GPUs behind one root (PCIe-switch servers).
+        base["pcieRoots"] = _int(g.get("pcieRoots", base["perNode"]), f"{gctx}.pcieRoots", 1)
+        if base["pcieRoots"] > base["perNode"]:
+            raise ScenarioError(f"{gctx}.pcieRoots: at most perNode ({base['perNode']})")
         base["driverVersion"] = str(g.get("driverVersion", "550.54.15"))
         dv = _version_parts(base["driverVersion"], 3, f"{gctx}.driverVersion")
         base["driverParts"] = dv
@@ -1210,7 +1225,9 @@ class _Builder:
         for i in range(n):
             gpu_uuid = "GPU-" + _uid(self.seed, "gpu", node.name, str(i))
             bus = f"0000:{PCI_BUSES[i]}:00.0"
-            root = f"pci0000:{int(PCI_BUSES[i], 16) - 3:02x}"
+            group = i * gpu["pcieRoots"] // n  # GPUs behind one root are named after the first one's bus
+            first = next(j for j in range(n) if j * gpu["pcieRoots"] // n == group)
+            root = f"pci0000:{int(PCI_BUSES[first], 16) - 3:02x}"
             common = {
                 "productName": {"string": gpu["productName"]},
                 "brand": {"string": "Nvidia"},
