@@ -22,6 +22,7 @@ from catalog.services.manifests import gang_explain, manifest_validate, pod_expl
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
+from inventory.k8s.semantics import is_qualified_name
 from inventory.models import Cluster
 from inventory.scoping import scope_for, targets_for
 from inventory.untrusted_text import UntrustedTextError, normalize
@@ -199,6 +200,15 @@ class GangFeasibilityInputSerializer(FeasibilityInputSerializer):
                   "ResourceClaim(Template)s.")
     replicas = serializers.IntegerField(required=False, min_value=1, max_value=MAX_GANG_PODS,
                                         help_text="With a single Pod: the gang is this many identical pods.")
+    topology = serializers.CharField(
+        required=False, max_length=317,
+        help_text="A node label (topology.kubernetes.io/zone, a rack label, nvidia.com/gpu.clique): all pods on nodes "
+                  "sharing one value of it. Default: the pods' kueue.x-k8s.io/podset-required-topology annotation.")
+
+    def validate_topology(self, value: str) -> str:
+        if not is_qualified_name(value):
+            raise serializers.ValidationError("Not a label key (a qualified name like topology.kubernetes.io/zone).")
+        return value
 
 
 class GangFeasibilityView(PortalExceptionHandlerMixin, APIView):
@@ -226,7 +236,8 @@ class GangFeasibilityView(PortalExceptionHandlerMixin, APIView):
                 return Response({"namespace": [f"{outside[0]!r} is not one of your namespaces in {cluster.name}: "
                                                "feasibility is explained only for your own namespaces."]},
                                 status=status.HTTP_400_BAD_REQUEST)
-        gang = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates])
+        gang = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates],
+                            topology=data.validated_data.get("topology", ""))
         body = gang.as_json()
         body["notes"] = [*notes, *body["notes"]]
         return Response(body)

@@ -43,10 +43,12 @@ from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import as_str as _str
 
-__all__ = ["MAX_GANG_PODS", "GangExplanation", "GangPod", "explain_gang", "gang_pods"]
+__all__ = ["MAX_GANG_PODS", "REQUIRED_TOPOLOGY", "GangExplanation", "GangPod", "explain_gang", "gang_pods",
+           "required_topology"]
 
 MAX_GANG_PODS = 4096
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 _GANG_KINDS = ("Pod", "Job", "CronJob", "JobSet", "Deployment", "StatefulSet", "ReplicaSet")
 
 
@@ -213,6 +215,9 @@ class GangExplanation:
     failure: Explanation | None = None  # explain_pod of the first failing pod on the state the others left
     notes: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    topology: str = ""  # the node label all pods must share a value of ("" when none)
+    domain: str = ""  # the value chosen (or the closest one when none holds the gang)
+    domains: dict[str, int] = field(default_factory=dict)  # value → pods that domain holds now
 
     @property
     def largest(self) -> int:
@@ -238,6 +243,8 @@ class GangExplanation:
             "placements": [{"pod": pod, "node": node} for pod, node in self.placements],
             "failed_pods": list(self.failed),
             "first_failure": {"pod": self.first_failure, "explanation": failure} if self.first_failure else None,
+            "topology": {"key": self.topology, "domain": self.domain, "domains": dict(self.domains)}
+            if self.topology else None,
             "hints": list(self.hints),
             "notes": list(self.notes),
         }
@@ -428,18 +435,10 @@ def _message(total: int, placed: int, gang: GangExplanation) -> str:
             f"{placed} before it: {failure}") if placed else f"no pod of the gang fits: {failure}"
 
 
-def explain_gang(
-    pods: Sequence[GangPod] | Sequence[dict[str, Any]],
-    snapshot: ClusterSnapshot,
-    *,
-    extra_claims: Sequence[dict] = (),
-    extra_claim_templates: Sequence[dict] = (),
-    viewer: Viewer = EVERYONE,
-) -> GangExplanation:
-    """Place `pods` in order on a copy of the snapshot and say whether all of them fit at the same time. Never
-    raises for malformed manifests (the failing pod's explanation says what is wrong)."""
-    gang_list = [p if isinstance(p, GangPod) else GangPod(p, "Pod") for p in pods]
-    gang = _Gang(snapshot, list(extra_claims), list(extra_claim_templates), viewer)
+def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict],
+              templates: Sequence[dict], viewer: Viewer) -> GangExplanation:
+    """Place the pods in order on a fork of `snapshot` (its `node_names` are the nodes the gang may use)."""
+    gang = _Gang(snapshot, list(claims), list(templates), viewer)
     result = GangExplanation(schedulable=False, message="", total_pods=len(gang_list), placements=[])
     notes: list[str] = []
     for member in gang_list:
@@ -473,3 +472,84 @@ def explain_gang(
     if result.failure is not None:
         result.hints += [f"{result.first_failure}: {hint}" for hint in result.failure.hints]
     return result
+
+
+def required_topology(pods: Sequence[GangPod]) -> str:
+    """The node label every pod of the gang must share a value of, from Kueue's topology-aware scheduling
+    annotation on the pod template (`kueue.x-k8s.io/podset-required-topology`), or ""."""
+    for member in pods:
+        annotations = _dict(_dict(member.pod.get("metadata")).get("annotations"))
+        value = annotations.get(REQUIRED_TOPOLOGY)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _domain_view(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot:
+    view = copy.copy(snapshot)
+    view.node_names = names
+    view.nodes = {name: snapshot.nodes[name] for name in names}
+    return view
+
+
+def _in_domains(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, topology: str, claims: Sequence[dict],
+                templates: Sequence[dict], viewer: Viewer) -> GangExplanation:
+    """All pods within one value of the `topology` node label (zone, rack, NVLink clique): the gang is simulated
+    in each domain; the tightest domain that holds it wins, else the closest one is explained."""
+    domains: dict[str, list[str]] = {}
+    for name in snapshot.node_names:
+        value = snapshot.nodes[name].labels.get(topology)
+        if value is not None:
+            domains.setdefault(value, []).append(name)
+    unlabelled = len(snapshot.node_names) - sum(len(names) for names in domains.values())
+    if not domains:
+        result = GangExplanation(schedulable=False, total_pods=len(gang_list), placements=[],
+                                 failed=[p.name for p in gang_list], first_failure=gang_list[0].name if gang_list
+                                 else "", message=f"no node carries the label {topology}: the gang's topology "
+                                                  "constraint cannot be met")
+        result.topology = topology
+        return result
+    outcomes = {value: _simulate(gang_list, _domain_view(snapshot, names), claims, templates, viewer)
+                for value, names in sorted(domains.items())}
+    fitting = [value for value, outcome in outcomes.items() if outcome.schedulable]
+    if fitting:
+        chosen = min(fitting, key=lambda value: (len(outcomes[value].nodes_used()), value))
+    else:
+        chosen = min(outcomes, key=lambda value: (-outcomes[value].largest, len(domains[value]), value))
+    result = outcomes[chosen]
+    result.topology, result.domain = topology, chosen
+    result.domains = {value: outcome.largest for value, outcome in outcomes.items()}
+    where = f"{topology}={chosen}"
+    if result.schedulable:
+        result.message = f"{result.message}, all in {where} ({len(fitting)} of {len(domains)} domains can hold it)"
+    else:
+        result.message = (f"no {topology} domain holds all {len(gang_list)} pods at once ({len(domains)} "
+                          f"domain{'s' * (len(domains) != 1)}); the closest, {where}, holds {result.largest}: "
+                          f"{result.message}")
+        ranked = sorted(outcomes.items(), key=lambda item: (-item[1].largest, item[0]))[:5]
+        result.hints.insert(0, f"pods each {topology} domain holds now: "
+                               + ", ".join(f"{value}: {outcome.largest}" for value, outcome in ranked)
+                               + (", …" if len(outcomes) > 5 else ""))
+    if unlabelled:
+        result.notes.append(f"{unlabelled} node(s) without the label {topology} are not used by this gang")
+    return result
+
+
+def explain_gang(
+    pods: Sequence[GangPod] | Sequence[dict[str, Any]],
+    snapshot: ClusterSnapshot,
+    *,
+    extra_claims: Sequence[dict] = (),
+    extra_claim_templates: Sequence[dict] = (),
+    viewer: Viewer = EVERYONE,
+    topology: str = "",
+) -> GangExplanation:
+    """Place `pods` in order on a copy of the snapshot and say whether all of them fit at the same time. With a
+    `topology` node label (or Kueue's required-topology annotation on the pods), all of them must land on nodes
+    sharing one value of it. Never raises for malformed manifests (the failing pod's explanation says what is
+    wrong)."""
+    gang_list = [p if isinstance(p, GangPod) else GangPod(p, "Pod") for p in pods]
+    topology = topology or required_topology(gang_list)
+    if topology:
+        return _in_domains(gang_list, snapshot, topology, extra_claims, extra_claim_templates, viewer)
+    return _simulate(gang_list, snapshot, extra_claims, extra_claim_templates, viewer)

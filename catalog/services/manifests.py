@@ -238,8 +238,9 @@ def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: Any,
                        **_split_claims(claims or []))
 
 
-def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: Any,
-                 claims: list[dict[str, Any]] | None = None) -> GangExplanation:
-    """Explain a gang for `user` (can all its pods be placed at once?); other tenants' names are hidden."""
-    return explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster),
+def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: Any, claims: list[dict[str, Any]] | None = None,
+                 topology: str = "") -> GangExplanation:
+    """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given?);
+    other tenants' names are hidden."""
+    return explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster), topology=topology,
                         **_split_claims(claims or []))

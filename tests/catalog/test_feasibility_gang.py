@@ -161,3 +161,56 @@ def test_malformed_pods_in_a_list_fail_with_an_explanation_and_do_not_crash():
     assert result.failed == ["bad"]
     assert result.placements == [("ok", "a")]
     assert "not a Pod" in result.failure.message
+
+
+def _clique_cluster() -> object:
+    """Two NVLink cliques of two 8-GPU nodes (kubesim cliqueSize): free cards 8+4 in clique 0, 8+2 in clique 1."""
+    from collections import defaultdict
+
+    from kubesim.scenario import load_scenario
+
+    busy = {"gb-001": 4, "gb-003": 6}
+    spec = {"name": "cliques", "namespaces": [{"name": "ml"}],
+            "nodePools": [{"name": "gb", "count": 4, "cliqueSize": 2, "cpu": 192, "memory": "2Ti",
+                           "gpu": {"model": "NVIDIA-H100-80GB-HBM3", "perNode": 8}}],
+            "workloads": [{"name": f"busy-{node[-1]}", "namespace": "ml", "pool": "gb", "cpu": 4, "memory": "8Gi",
+                           "nodeSelector": {"kubernetes.io/hostname": node}, "resources": {"nvidia.com/gpu": gpus}}
+                          for node, gpus in busy.items()]}
+    by_kind = defaultdict(list)
+    for obj in load_scenario(spec):
+        by_kind[obj["kind"]].append(obj)
+    return snap(by_kind["Node"], by_kind["Pod"])
+
+
+def test_a_gang_confined_to_one_nvlink_clique_says_which_domain_comes_closest_and_what_frees_it():
+    snapshot = _clique_cluster()
+    cliques = sorted({node.labels["nvidia.com/gpu.clique"] for node in snapshot.nodes.values()})
+    assert len(cliques) == 2
+    job = _job(2, 8)
+    assert explain_gang(gang_pods([job])[0], snapshot).schedulable  # anywhere: gb-000 and gb-002
+    job["spec"]["template"]["metadata"]["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "nvidia.com/gpu.clique"}
+    result = explain_gang(gang_pods([job])[0], snapshot)
+    assert not result.schedulable
+    assert result.topology == "nvidia.com/gpu.clique"
+    assert result.domains == {cliques[0]: 1, cliques[1]: 1}
+    assert result.domain == cliques[0]  # ties: the smaller domain, then the first value
+    assert result.message.startswith(f"no nvidia.com/gpu.clique domain holds all 2 pods at once (2 domains); the "
+                                     f"closest, nvidia.com/gpu.clique={cliques[0]}, holds 1: only 1 of 2 pods")
+    assert "0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.message  # within the clique
+    assert result.hints[0] == f"pods each nvidia.com/gpu.clique domain holds now: {cliques[0]}: 1, {cliques[1]}: 1"
+    assert any(h.startswith("train-1: gb-001 frees 4 nvidia.com/gpu when ml/busy-1") for h in result.hints)
+    # a 2x4 gang fits in either clique: the one it packs tightest (clique 1: both pods on gb-002, 10 cards free)
+    small = explain_gang(gang_pods([_job(2, 4)])[0], snapshot, topology="nvidia.com/gpu.clique")
+    assert small.schedulable
+    assert small.domain == cliques[1]
+    assert small.message == (f"all 2 pods fit at once on 1 node, all in nvidia.com/gpu.clique={cliques[1]} "
+                             "(2 of 2 domains can hold it)")
+    assert small.as_json()["topology"] == {"key": "nvidia.com/gpu.clique", "domain": cliques[1],
+                                           "domains": {cliques[0]: 2, cliques[1]: 2}}
+
+
+def test_a_topology_label_no_node_carries_fails_clearly():
+    result = explain_gang(gang_pods([_job(2, 1)])[0], _fragmented(), topology="example.com/rack")
+    assert not result.schedulable
+    assert result.message == "no node carries the label example.com/rack: the gang's topology constraint cannot be met"

@@ -159,6 +159,12 @@ def test_gang_api_and_validator_say_whether_all_workers_start_at_once(live_demo,
         "spec": {"nodeSelector": {"kubesim.io/node-pool": "h100"}, "containers": [
             {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}, format="json")
     assert replicas.json()["largest_gang"] == 3
+    zoned = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3),
+                                                   "topology": "topology.kubernetes.io/zone"}, format="json").json()
+    assert zoned["schedulable"] is True
+    assert zoned["topology"]["domain"] == "us-east-1a"
+    assert api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3),
+                                                  "topology": "not a label"}, format="json").status_code == 400
     bad = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": "kind: ConfigMap\n"},
                    format="json")
     assert bad.status_code == 400
