@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from catalog.feasibility import ManifestError, load_objects, split_pod_manifest
 from catalog.feasibility.gang import MAX_GANG_PODS, gang_pods
-from catalog.generator import SHAPES, GeneratorError, WorkloadSpec, generate
+from catalog.generator import SHAPES, TOPOLOGIES, GeneratorError, WorkloadSpec, generate
 from catalog.models import Offering
 from catalog.services.manifests import gang_explain, manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
@@ -100,6 +100,8 @@ class GenerateInputSerializer(serializers.Serializer):
     shape = serializers.ChoiceField(choices=list(SHAPES))
     count = serializers.IntegerField(min_value=1, max_value=64, default=1)
     parallelism = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    topology = serializers.ChoiceField(choices=list(TOPOLOGIES), default="", help_text=", ".join(
+        f"{key}: {text}" for key, text in TOPOLOGIES.items() if key))
     image = serializers.CharField(max_length=255)
     command = serializers.ListField(child=serializers.CharField(max_length=1000, allow_blank=True), max_length=64,
                                     default=list)

@@ -627,8 +627,10 @@ def _constraint_precheck(snapshot: ClusterSnapshot, claim: ClaimSpec, claim_inde
                 f"devices ({shown})")
         all_values, if_freed = _shared_values(snapshot, constraint.attribute, covered, claim_index, matching)
         if if_freed:
-            value = min(if_freed, key=lambda v: str(v[1]))
-            holders = {snapshot.allocated.get(snapshot.devices[i].id, "") for i in all_values[value]} - {""}
+            held = {value: [h for i in all_values[value] if (h := snapshot.allocated.get(snapshot.devices[i].id, ""))]
+                    for value in if_freed}
+            value = min(if_freed, key=lambda v: (len(held[v]), str(v[1])))  # the fewest devices to free
+            holders = set(held[value])
             line += (f"; {constraint.attribute}={value[1]} would satisfy it if its devices were freed"
                      + (f" (held by {len(holders)} claim{'s' * (len(holders) != 1)})" if holders else ""))
         else:

@@ -475,13 +475,26 @@ def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: S
 
 
 def required_topology(pods: Sequence[GangPod]) -> str:
-    """The node label every pod of the gang must share a value of, from Kueue's topology-aware scheduling
-    annotation on the pod template (`kueue.x-k8s.io/podset-required-topology`), or ""."""
+    """The node label every pod of the gang must share a value of: Kueue's topology-aware scheduling annotation on
+    the pod template (`kueue.x-k8s.io/podset-required-topology`), or a required pod affinity of the pods to
+    themselves (`matchLabels` they carry) on a topologyKey — the first pod goes anywhere, the others follow it.
+    "" when neither."""
     for member in pods:
-        annotations = _dict(_dict(member.pod.get("metadata")).get("annotations"))
-        value = annotations.get(REQUIRED_TOPOLOGY)
+        metadata = _dict(member.pod.get("metadata"))
+        value = _dict(metadata.get("annotations")).get(REQUIRED_TOPOLOGY)
         if isinstance(value, str) and value:
             return value
+        labels = _dict(metadata.get("labels"))
+        terms = _dict(_dict(_dict(member.pod.get("spec")).get("affinity")).get("podAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        for term in _list(terms):
+            term = _dict(term)
+            selector = _dict(term.get("labelSelector"))
+            wanted = _dict(selector.get("matchLabels"))
+            key = _str(term.get("topologyKey"))
+            if key and wanted and not selector.get("matchExpressions") and all(
+                    labels.get(k) == v for k, v in wanted.items()):
+                return key
     return ""
 
 

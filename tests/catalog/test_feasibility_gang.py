@@ -200,6 +200,11 @@ def test_a_gang_confined_to_one_nvlink_clique_says_which_domain_comes_closest_an
     assert "0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.message  # within the clique
     assert result.hints[0] == f"pods each nvidia.com/gpu.clique domain holds now: {cliques[0]}: 1, {cliques[1]}: 1"
     assert any(h.startswith("train-1: gb-001 frees 4 nvidia.com/gpu when ml/busy-1") for h in result.hints)
+    # the default scheduler's way: required pod affinity to the Job's own pods on the clique label
+    del job["spec"]["template"]["metadata"]["annotations"]
+    job["spec"]["template"]["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "nvidia.com/gpu.clique"}]}}
+    assert explain_gang(gang_pods([job])[0], snapshot).topology == "nvidia.com/gpu.clique"
     # a 2x4 gang fits in either clique: the one it packs tightest (clique 1: both pods on gb-002, 10 cards free)
     small = explain_gang(gang_pods([_job(2, 4)])[0], snapshot, topology="nvidia.com/gpu.clique")
     assert small.schedulable
@@ -214,3 +219,52 @@ def test_a_topology_label_no_node_carries_fails_clearly():
     result = explain_gang(gang_pods([_job(2, 1)])[0], _fragmented(), topology="example.com/rack")
     assert not result.schedulable
     assert result.message == "no node carries the label example.com/rack: the gang's topology constraint cannot be met"
+
+
+def test_a_generated_pcie_root_claim_is_blocked_by_topology_and_says_which_root_freeing_would_open():
+    # kubesim: one 8-GPU DRA node, GPUs 0-3 behind one PCIe root and 4-7 behind another; claims hold gpu-0..2 and
+    # gpu-4, so 4 cards are free but no root has 4 of them.
+    from collections import defaultdict
+
+    from catalog.generator import WorkloadSpec, generate
+    from catalog.models import Offering
+    from kubesim.scenario import load_scenario
+
+    spec = {"name": "roots", "namespaces": [{"name": "ml"}],
+            "nodePools": [{"name": "l40s", "count": 1, "mode": "dra", "cpu": 96, "memory": "768Gi",
+                           "gpu": {"model": "NVIDIA-L40S", "perNode": 8, "pcieRoots": 2,
+                                   "driverVersion": "570.124.06", "cudaDriver": "12.8"}}],
+            "deviceClasses": [{"name": "gpu.nvidia.com", "match": {"driver": "gpu.nvidia.com",
+                                                                   "attributes": {"type": "gpu"}}}],
+            "claimTemplates": [
+                {"name": "three", "namespace": "ml", "requests": [{"name": "g", "deviceClassName": "gpu.nvidia.com",
+                                                                   "count": 3}]},
+                {"name": "fifth", "namespace": "ml", "requests": [{"name": "g", "deviceClassName": "gpu.nvidia.com",
+                                                                   "match": {"attributes": {"index": 4}}}]}],
+            "workloads": [{"name": "a", "namespace": "ml", "pool": "l40s", "cpu": 4, "memory": "8Gi",
+                           "claimTemplate": "three"},
+                          {"name": "b", "namespace": "ml", "pool": "l40s", "cpu": 4, "memory": "8Gi",
+                           "claimTemplate": "fifth"}]}
+    by_kind = defaultdict(list)
+    for obj in load_scenario(spec):
+        by_kind[obj["kind"]].append(obj)
+    snapshot = snap(by_kind["Node"], by_kind["Pod"], resource_slices=by_kind["ResourceSlice"],
+                    device_classes=by_kind["DeviceClass"], resource_claims=by_kind["ResourceClaim"])
+    offering = Offering(slug="l40s", name="L40S", unit_kind="dra-device", device_class_name="gpu.nvidia.com")
+
+    def explain(topology: str):
+        generated = generate(WorkloadSpec(offering=offering, namespace="ml", name="ddp", shape="claim-template-job",
+                                          count=4, parallelism=1, topology=topology))
+        pods, claims, templates, _ = gang_pods(generated.documents)
+        return explain_gang(pods, snapshot, extra_claims=claims, extra_claim_templates=templates)
+
+    assert explain("").schedulable  # four free cards, anywhere on the node
+    blocked = explain("pcie-root")
+    assert not blocked.schedulable
+    (node,) = blocked.failure.nodes
+    root = "resource.kubernetes.io/pcieRoot"
+    assert node.details == [
+        f"constraint matchAttribute {root}: no value is shared by 4 free matching devices (pci0000:97: 3, "
+        f"pci0000:15: 1); {root}=pci0000:97 would satisfy it if its devices were freed (held by 1 claim)"]
+    assert any(h.startswith(f"ddp-0: constraint matchAttribute {root} blocks 1 node; 1 of them would satisfy it")
+               for h in blocked.hints)
