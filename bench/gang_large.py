@@ -25,7 +25,6 @@ import platform
 import statistics
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.test")
 
-from catalog.feasibility import snapshot_from_objects  # noqa: E402 - after sys.path is set up
+from catalog.feasibility import scenario_snapshot  # noqa: E402 - after sys.path is set up
 from catalog.feasibility.gang import explain_gang, gang_pods  # noqa: E402
 from kubesim.scenario import load_scenario  # noqa: E402
 
@@ -82,18 +81,12 @@ def main() -> int:
         raise SystemExit("--repeat must be at least 1")
 
     started = time.perf_counter()
-    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for obj in load_scenario("large"):
-        by_kind[obj["kind"]].append(obj)
+    objects = load_scenario("large")
     print(f"scenario expanded in {time.perf_counter() - started:.2f}s", flush=True)
     gc.collect()
     gc.freeze()
     started = time.perf_counter()
-    snapshot = snapshot_from_objects(
-        nodes=by_kind["Node"], pods=by_kind["Pod"], resource_slices=by_kind["ResourceSlice"],
-        device_classes=by_kind["DeviceClass"], resource_claims=by_kind["ResourceClaim"],
-        resource_claim_templates=by_kind["ResourceClaimTemplate"],
-    )
+    snapshot = scenario_snapshot(objects)
     build_s = time.perf_counter() - started
     gc.collect()
     gc.freeze()

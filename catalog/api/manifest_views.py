@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -165,31 +165,59 @@ class FeasibilityInputSerializer(serializers.Serializer):
         return attrs
 
 
-class FeasibilityView(PortalExceptionHandlerMixin, APIView):
-    """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+def _submitted_objects(validated: dict[str, Any]) -> list[dict[str, Any]]:
+    """The objects of `manifest`, or the `pod` sent as JSON (raises ManifestError)."""
+    if "manifest" in validated:
+        return load_objects(validated["manifest"])
+    return [{"apiVersion": "v1", "kind": "Pod", **validated["pod"]}]
+
+
+def _outside_namespaces(user: Any, cluster: Cluster, namespaces: set[str]) -> Response | None:
+    """A 400 naming the first namespace that is not the reader's (platform roles may explain anywhere), or None."""
+    if scope_for(user).everything:
+        return None
+    outside = sorted(namespaces - set(targets_for(user, cluster)))
+    if not outside:
+        return None
+    return Response({"namespace": [f"{outside[0]!r} is not one of your namespaces in {cluster.name}: "
+                                   "feasibility is explained only for your own namespaces."]},
+                    status=status.HTTP_400_BAD_REQUEST)
+
+
+class _ExplainView(PortalExceptionHandlerMixin, APIView):
+    """POST a manifest (or a pod) and a cluster, get an explanation; a manifest that cannot be read is a 400."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+    input_serializer: type[serializers.Serializer] = FeasibilityInputSerializer
 
-    @extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
-        data = FeasibilityInputSerializer(data=request.data)
+        data = self.input_serializer(data=request.data)
         data.is_valid(raise_exception=True)
-        cluster = data.validated_data["cluster"]
         try:
-            objects = load_objects(data.validated_data["manifest"]) if "manifest" in data.validated_data else [
-                {"apiVersion": "v1", "kind": "Pod", **data.validated_data["pod"]}]
-            pod, claims, templates, notes = split_pod_manifest(objects)
+            return self.explain(request, data.validated_data["cluster"], data.validated_data,
+                                _submitted_objects(data.validated_data))
         except ManifestError as exc:
             return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        raise NotImplementedError
+
+
+@extend_schema_view(post=extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT))
+class FeasibilityView(_ExplainView):
+    """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        pod, claims, templates, notes = split_pod_manifest(objects)
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
         namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta["namespace"] else "default"
-        if not scope_for(request.user).everything and namespace not in targets_for(request.user, cluster):
-            return Response({"namespace": [f"{namespace!r} is not one of your namespaces in {cluster.name}: "
-                                           "feasibility is explained only for your own namespaces."]},
-                            status=status.HTTP_400_BAD_REQUEST)
-        explanation = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates])
-        body = explanation.as_json()
+        refused = _outside_namespaces(request.user, cluster, {namespace})
+        if refused is not None:
+            return refused
+        body = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates]).as_json()
         body["notes"] = [*notes, *body.get("notes", [])]
         return Response(body)
 
@@ -213,33 +241,20 @@ class GangFeasibilityInputSerializer(FeasibilityInputSerializer):
         return value
 
 
-class GangFeasibilityView(PortalExceptionHandlerMixin, APIView):
+@extend_schema_view(post=extend_schema(request=GangFeasibilityInputSerializer, responses=OpenApiTypes.OBJECT))
+class GangFeasibilityView(_ExplainView):
     """Can all pods of a multi-pod workload be placed at the same time? Placed in order on a copy of the cluster's
     snapshot: the first pod that fails and why (the scheduler's words), and the largest gang placeable now."""
 
-    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
-    token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+    input_serializer = GangFeasibilityInputSerializer
 
-    @extend_schema(request=GangFeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request) -> Response:
-        data = GangFeasibilityInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        cluster = data.validated_data["cluster"]
-        try:
-            objects = load_objects(data.validated_data["manifest"]) if "manifest" in data.validated_data else [
-                {"apiVersion": "v1", "kind": "Pod", **data.validated_data["pod"]}]
-            pods, claims, templates, notes = gang_pods(objects, replicas=data.validated_data.get("replicas"))
-        except ManifestError as exc:
-            return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
-        if not scope_for(request.user).everything:
-            targets = set(targets_for(request.user, cluster))
-            outside = sorted({p.pod["metadata"]["namespace"] for p in pods} - targets)
-            if outside:
-                return Response({"namespace": [f"{outside[0]!r} is not one of your namespaces in {cluster.name}: "
-                                               "feasibility is explained only for your own namespaces."]},
-                                status=status.HTTP_400_BAD_REQUEST)
-        gang = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates],
-                            topology=data.validated_data.get("topology", ""))
-        body = gang.as_json()
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        pods, claims, templates, notes = gang_pods(objects, replicas=validated.get("replicas"))
+        refused = _outside_namespaces(request.user, cluster, {p.pod["metadata"]["namespace"] for p in pods})
+        if refused is not None:
+            return refused
+        body = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates],
+                            topology=validated.get("topology", "")).as_json()
         body["notes"] = [*notes, *body["notes"]]
         return Response(body)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.feasibility import ManifestError
+from catalog.feasibility import ManifestError, scenario_snapshot
 from catalog.feasibility.gang import explain_gang, gang_pods
+from kubesim.scenario import load_scenario
 from tests.catalog.feasibility_fixtures.builders import (
     claim,
     container,
@@ -165,10 +166,6 @@ def test_malformed_pods_in_a_list_fail_with_an_explanation_and_do_not_crash():
 
 def _clique_cluster() -> object:
     """Two NVLink cliques of two 8-GPU nodes (kubesim cliqueSize): free cards 8+4 in clique 0, 8+2 in clique 1."""
-    from collections import defaultdict
-
-    from kubesim.scenario import load_scenario
-
     busy = {"gb-001": 4, "gb-003": 6}
     spec = {"name": "cliques", "namespaces": [{"name": "ml"}],
             "nodePools": [{"name": "gb", "count": 4, "cliqueSize": 2, "cpu": 192, "memory": "2Ti",
@@ -176,10 +173,7 @@ def _clique_cluster() -> object:
             "workloads": [{"name": f"busy-{node[-1]}", "namespace": "ml", "pool": "gb", "cpu": 4, "memory": "8Gi",
                            "nodeSelector": {"kubernetes.io/hostname": node}, "resources": {"nvidia.com/gpu": gpus}}
                           for node, gpus in busy.items()]}
-    by_kind = defaultdict(list)
-    for obj in load_scenario(spec):
-        by_kind[obj["kind"]].append(obj)
-    return snap(by_kind["Node"], by_kind["Pod"])
+    return scenario_snapshot(load_scenario(spec))
 
 
 def test_a_gang_confined_to_one_nvlink_clique_says_which_domain_comes_closest_and_what_frees_it():
@@ -224,11 +218,8 @@ def test_a_topology_label_no_node_carries_fails_clearly():
 def test_a_generated_pcie_root_claim_is_blocked_by_topology_and_says_which_root_freeing_would_open():
     # kubesim: one 8-GPU DRA node, GPUs 0-3 behind one PCIe root and 4-7 behind another; claims hold gpu-0..2 and
     # gpu-4, so 4 cards are free but no root has 4 of them.
-    from collections import defaultdict
-
     from catalog.generator import WorkloadSpec, generate
     from catalog.models import Offering
-    from kubesim.scenario import load_scenario
 
     spec = {"name": "roots", "namespaces": [{"name": "ml"}],
             "nodePools": [{"name": "l40s", "count": 1, "mode": "dra", "cpu": 96, "memory": "768Gi",
@@ -245,11 +236,7 @@ def test_a_generated_pcie_root_claim_is_blocked_by_topology_and_says_which_root_
                            "claimTemplate": "three"},
                           {"name": "b", "namespace": "ml", "pool": "l40s", "cpu": 4, "memory": "8Gi",
                            "claimTemplate": "fifth"}]}
-    by_kind = defaultdict(list)
-    for obj in load_scenario(spec):
-        by_kind[obj["kind"]].append(obj)
-    snapshot = snap(by_kind["Node"], by_kind["Pod"], resource_slices=by_kind["ResourceSlice"],
-                    device_classes=by_kind["DeviceClass"], resource_claims=by_kind["ResourceClaim"])
+    snapshot = scenario_snapshot(load_scenario(spec))
     offering = Offering(slug="l40s", name="L40S", unit_kind="dra-device", device_class_name="gpu.nvidia.com")
 
     def explain(topology: str):
