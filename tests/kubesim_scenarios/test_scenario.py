@@ -625,7 +625,8 @@ def test_topology_nvlink_cliques_and_shared_pcie_roots():
     pool["gpu"]["pcieRoots"] = 2
     objs = load_scenario({"name": "topo", "nodePools": [pool]})
     cliques = [n["metadata"]["labels"]["nvidia.com/gpu.clique"] for n in by_kind(objs, "Node")]
-    assert len(set(cliques[:3])) == 1 and cliques[3] != cliques[0]
+    assert len(set(cliques[:3])) == 1
+    assert cliques[3] != cliques[0]
     assert re.fullmatch(r"[0-9a-f-]{36}\.1", cliques[3])
     roots = [d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"]
              for s in by_kind(objs, "ResourceSlice") if s["spec"].get("nodeName") == "gb-000"
