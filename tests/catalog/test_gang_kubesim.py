@@ -41,14 +41,21 @@ def _scenario(seed: int, *, with_gang: bool) -> tuple[dict[str, Any], dict[str, 
     spec: dict[str, Any] = {"name": f"gangs-{seed}", "kubernetesVersion": "v1.35.0", "nodePools": [pool],
                             "namespaces": [{"name": "ml"}], "workloads": []}
     size = rng.randint(1, per_node)
+    topology = seed % 6 == 5  # DRA gangs whose GPUs must share a PCIe root (two roots per node)
     if dra:
         pool["mode"] = "dra"
+        if topology:
+            gpu["pcieRoots"] = 2
         spec["deviceClasses"] = [{"name": "gpu.nvidia.com", "match": {"driver": "gpu.nvidia.com",
                                                                       "attributes": {"type": "gpu"}}}]
         spec["claimTemplates"] = [
             {"name": f"gpus-{n}", "namespace": "ml", "requests": [{"name": "gpus", "deviceClassName": "gpu.nvidia.com",
                                                                    "count": n}]}
             for n in sorted({*range(1, per_node + 1)})]
+        spec["claimTemplates"].append({
+            "name": "one-root", "namespace": "ml",
+            "requests": [{"name": "gpus", "deviceClassName": "gpu.nvidia.com", "count": size}],
+            "constraints": [{"matchAttribute": "resource.kubernetes.io/pcieRoot", "requests": ["gpus"]}]})
     for index in range(rng.randint(1, 2 * pool["count"])):  # background: whatever fits stays, the rest waits
         want = rng.randint(1, per_node)
         workload = {"name": f"bg-{index}", "namespace": "ml", "count": 1, "pool": "h100", "state": "scheduled",
@@ -58,7 +65,10 @@ def _scenario(seed: int, *, with_gang: bool) -> tuple[dict[str, Any], dict[str, 
     count = rng.randint(2, 2 * pool["count"])
     gang = {"name": "gang", "namespace": "ml", "count": count, "pool": "h100", "state": "scheduled",
             "controller": "Job", "cpu": rng.choice([8, 16]), "memory": "64Gi"}
-    gang.update({"claimTemplate": f"gpus-{size}"} if dra else {"resources": {"nvidia.com/gpu": size}})
+    if topology:
+        gang["claimTemplate"] = "one-root"
+    else:
+        gang.update({"claimTemplate": f"gpus-{size}"} if dra else {"resources": {"nvidia.com/gpu": size}})
     if with_gang:
         spec["workloads"].append(gang)
     return spec, gang
@@ -106,3 +116,4 @@ def test_the_gang_explainer_agrees_with_the_simulators_placement_on_generated_ga
     assert [diff for *_, diff in outcomes if diff] == []
     verdicts = {(seed % 3 == 2, explained) for seed, explained, _, _ in outcomes}
     assert verdicts == {(True, True), (True, False), (False, True), (False, False)}  # DRA or not, fits or not
+    assert {explained for seed, explained, _, _ in outcomes if seed % 6 == 5} == {True, False}  # PCIe-root gangs
