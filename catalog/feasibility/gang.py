@@ -250,19 +250,14 @@ class GangExplanation:
         }
 
 
+_WRITTEN = ("nodes", "pools", "claims", "allocated", "consumed", "sharers")  # what placements change
+
+
 def fork(snapshot: ClusterSnapshot) -> ClusterSnapshot:
-    """A copy of the snapshot that placements may change; what they change is copied on write (nodes, pools,
-    claims), the rest (devices, CEL memo, node → device index) is shared and stays immutable."""
-    copied = copy.copy(snapshot)
-    copied.nodes = dict(snapshot.nodes)
-    copied.pools = dict(snapshot.pools)
-    copied.claims = dict(snapshot.claims)
-    copied.allocated = dict(snapshot.allocated)
-    copied.consumed = dict(snapshot.consumed)
-    copied.sharers = dict(snapshot.sharers)
-    copied.claim_pods = dict(snapshot.claim_pods)
-    copied.notes = list(snapshot.notes)
-    return copied
+    """A shallow copy of the snapshot for placements. The indexes a placement changes (`_WRITTEN`) are copied the
+    first time it writes one (`_Gang.own`); the rest (devices, CEL memo, node → device index) is shared and stays
+    immutable, so forking is cheap and the snapshot itself is never changed."""
+    return copy.copy(snapshot)
 
 
 @dataclass(slots=True)
@@ -284,6 +279,7 @@ class _Gang:
         self.shapes: dict[str, _Shape] = {}
         self.dirty: list[set[str] | None] = []  # per placement: the nodes it changed (None: any node may change)
         self.copied_pools: set[tuple[str, str]] = set()
+        self.owned: set[str] = set()  # which of _WRITTEN this fork has copied already
         self.owner: dict[int, str] | None = None  # device index → the node it is local to
         self.previous = ""
 
@@ -325,8 +321,16 @@ class _Gang:
         return min(fitting, key=lambda name: (self.state.nodes[name].free(shape.main) - want, name))
 
     # --- placement --------------------------------------------------------------------------------------------
+    def own(self, *names: str) -> ClusterSnapshot:
+        """Copy these indexes of the fork before the first write to them (copy-on-write)."""
+        for name in names:
+            if name not in self.owned:
+                setattr(self.state, name, dict(getattr(self.state, name)))
+                self.owned.add(name)
+        return self.state
+
     def place(self, shape: _Shape, pod: dict[str, Any], node_name: str) -> None:
-        ctx, state = shape.ctx, self.state
+        ctx, state = shape.ctx, self.own("nodes")
         node = state.nodes[node_name]
         requested = dict(node.requested)
         for resource, amount in ctx.requests.items():
@@ -361,7 +365,7 @@ class _Gang:
 
     def consume(self, ctx: Any, pending: list[ClaimSpec], allocation: NodeAllocation, node: NodeInfo) -> bool:
         """Take the picked devices; True when other nodes may see the change (a device or pool not local to it)."""
-        state, owner = self.state, self._local()
+        state, owner = self.own("allocated", "consumed", "sharers"), self._local()
         wide = False
         for pick in allocation.picks:
             record = state.devices[pick.device]
@@ -392,7 +396,7 @@ class _Gang:
         return wide
 
     def _pool(self, key: tuple[str, str]) -> Any:
-        pool = self.state.pools[key]
+        pool = self.own("pools").pools[key]
         if key not in self.copied_pools:
             pool = dataclasses.replace(pool, available=dict(pool.available),
                                        counter_users={k: list(v) for k, v in pool.counter_users.items()})
@@ -420,7 +424,7 @@ class _Gang:
                 "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                     {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
             }
-            self.state.claims[(namespace, name)] = allocated
+            self.own("claims").claims[(namespace, name)] = allocated
             self.claims = [c for c in self.claims if _str(_dict(c.get("metadata")).get("name")) != name]
             pinned = True
         return pinned
@@ -436,8 +440,9 @@ def _message(total: int, placed: int, gang: GangExplanation) -> str:
 
 
 def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict],
-              templates: Sequence[dict], viewer: Viewer) -> GangExplanation:
-    """Place the pods in order on a fork of `snapshot` (its `node_names` are the nodes the gang may use)."""
+              templates: Sequence[dict], viewer: Viewer, *, explain: bool = True) -> GangExplanation:
+    """Place the pods in order on a fork of `snapshot` (its `node_names` are the nodes the gang may use). Without
+    `explain`, only the placements are computed (no explanation of the first failure, no hints)."""
     gang = _Gang(snapshot, list(claims), list(templates), viewer)
     result = GangExplanation(schedulable=False, message="", total_pods=len(gang_list), placements=[])
     notes: list[str] = []
@@ -457,11 +462,14 @@ def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: S
             result.placements.append((member.name, node))
             continue
         result.failed.append(member.name or "<unnamed>")
-        if result.failure is None:
+        if not result.first_failure:
             result.first_failure = member.name or "<unnamed>"
-            result.failure = explain_pod(pod, gang.state, extra_claims=gang.claims,
-                                         extra_claim_templates=gang.templates, viewer=viewer)
+            if explain:
+                result.failure = explain_pod(pod, gang.state, extra_claims=gang.claims,
+                                             extra_claim_templates=gang.templates, viewer=viewer)
     result.schedulable = not result.failed
+    if not explain:
+        return result
     result.notes = list(dict.fromkeys([*notes, *(result.failure.notes if result.failure else snapshot.notes)]))
     result.message = _message(len(gang_list), len(result.placements), result)
     if result.failed and result.placements:
@@ -498,6 +506,27 @@ def required_topology(pods: Sequence[GangPod]) -> str:
     return ""
 
 
+def _fitting_anywhere(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict],
+                      templates: Sequence[dict], viewer: Viewer) -> set[str]:
+    """The nodes where some pod of the gang fits on the snapshot as it is (each distinct pod shape filtered once)."""
+    gang = _Gang(snapshot, list(claims), list(templates), viewer)
+    found: set[str] = set()
+    for member in gang_list:
+        pod = member.pod
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            continue
+        shape = gang.shape(pod, [])
+        if shape.seen >= 0:
+            continue  # this shape was filtered already
+        try:
+            gang.refresh(shape, pod)
+        except ClaimsError:
+            shape.seen = 0
+            continue
+        found.update(name for name, result in shape.results.items() if result is None)
+    return found
+
+
 def _domain_view(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot:
     view = copy.copy(snapshot)
     view.node_names = names
@@ -522,14 +551,18 @@ def _in_domains(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, topolog
                                                   "constraint cannot be met")
         result.topology = topology
         return result
-    outcomes = {value: _simulate(gang_list, _domain_view(snapshot, names), claims, templates, viewer)
+    # Many small domains (racks, cliques, one per node): one pass over every node first, and a domain where no pod
+    # of the gang fits on any node holds none of it — only the others are simulated.
+    usable = _fitting_anywhere(gang_list, snapshot, claims, templates, viewer) if len(domains) > 16 else None
+    outcomes = {value: _simulate(gang_list, _domain_view(snapshot, names), claims, templates, viewer, explain=False)
+                if usable is None or usable.intersection(names) else GangExplanation(False, "", len(gang_list), [])
                 for value, names in sorted(domains.items())}
     fitting = [value for value, outcome in outcomes.items() if outcome.schedulable]
     if fitting:
         chosen = min(fitting, key=lambda value: (len(outcomes[value].nodes_used()), value))
     else:
         chosen = min(outcomes, key=lambda value: (-outcomes[value].largest, len(domains[value]), value))
-    result = outcomes[chosen]
+    result = _simulate(gang_list, _domain_view(snapshot, domains[chosen]), claims, templates, viewer)
     result.topology, result.domain = topology, chosen
     result.domains = {value: outcome.largest for value, outcome in outcomes.items()}
     where = f"{topology}={chosen}"

@@ -255,3 +255,22 @@ def test_a_generated_pcie_root_claim_is_blocked_by_topology_and_says_which_root_
         f"pci0000:15: 1); {root}=pci0000:97 would satisfy it if its devices were freed (held by 1 claim)"]
     assert any(h.startswith(f"ddp-0: constraint matchAttribute {root} blocks 1 node; 1 of them would satisfy it")
                for h in blocked.hints)
+
+
+def test_many_small_domains_are_prefiltered_and_still_give_the_same_answer():
+    # 20 one-node domains (kubernetes.io/hostname): only n-03 (8 free) and n-07 (4 free) have room
+    nodes = [gpu_node(f"n-{i:02d}", labels={"kubernetes.io/hostname": f"n-{i:02d}"}) for i in range(20)]
+    busy = [gpu_pod(f"busy-{i}", 8 if i not in (3, 7) else 4, node_name=f"n-{i:02d}", phase="Running")
+            for i in range(20) if i != 3]
+    snapshot = snap(nodes, busy)
+    fits = explain_gang(gang_pods([_job(2, 4)])[0], snapshot, topology="kubernetes.io/hostname")
+    assert fits.schedulable
+    assert fits.domain == "n-03"
+    assert fits.domains["n-07"] == 1
+    assert fits.domains["n-00"] == 0
+    too_big = explain_gang(gang_pods([_job(2, 8)])[0], snapshot, topology="kubernetes.io/hostname")
+    assert not too_big.schedulable
+    assert too_big.domain == "n-03"
+    assert too_big.message.startswith("no kubernetes.io/hostname domain holds all 2 pods at once (20 domains); the "
+                                      "closest, kubernetes.io/hostname=n-03, holds 1")
+    assert too_big.failure.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
