@@ -343,6 +343,8 @@ class GeneratorForm(forms.Form):
     count = forms.IntegerField(min_value=1, max_value=64, initial=1)
     parallelism = forms.IntegerField(min_value=1, max_value=64, initial=1, required=False,
                                      help_text="Pods of a Job running at once.")
+    topology = forms.ChoiceField(choices=[], required=False,
+                                 help_text="Keep a pod's GPUs on one PCIe root, or a Job's pods in one NVLink domain.")
     image = forms.CharField(max_length=255, initial="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
     command = forms.CharField(max_length=4000, required=False, initial="nvidia-smi",
                               help_text="Split like a shell would; emitted as a list, never run by a shell.")
@@ -357,12 +359,13 @@ class GeneratorForm(forms.Form):
                                  help_text="The API server validates and admits the objects without storing them.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from catalog.generator import SHAPES
+        from catalog.generator import SHAPES, TOPOLOGIES
         from inventory.models import Cluster
 
         super().__init__(*args, **kwargs)
         self.fields["cluster"].queryset = Cluster.objects.order_by("name").defer("kubeconfig")
         self.fields["shape"].choices = list(SHAPES.items())
+        self.fields["topology"].choices = list(TOPOLOGIES.items())
 
     def add_generator_errors(self, errors: dict[str, list[str]]) -> None:
         for name, messages in errors.items():

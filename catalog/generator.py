@@ -38,6 +38,15 @@ SHAPES = {
     "claim-pod": "shared ResourceClaim + Pod",
 }
 DRA_SHAPES = {"claim-template-pod", "claim-template-job", "claim-pod"}
+# Topology for multi-device requests and gangs.
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"  # the standard DRA attribute drivers publish (NVIDIA's too)
+NVLINK_DOMAIN_LABEL = "nvidia.com/gpu.clique"  # GPU feature discovery: <cluster UUID>.<clique id> per NVLink domain
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"  # Kueue topology-aware scheduling
+TOPOLOGIES = {
+    "": "no constraint",
+    "pcie-root": "all GPUs of a pod on one PCIe root (DRA)",
+    "nvlink-domain": "all pods of the Job in one NVLink domain",
+}
 MAX_COUNT = 64
 # Docker/OCI reference: [registry[:port]/]path[:tag][@digest]; lowercase path components.
 _IMAGE = re.compile(
@@ -73,6 +82,7 @@ class WorkloadSpec:
     cuda: str = ""
     compute_capability: str = ""
     parallelism: int = 1
+    topology: str = ""                      # a TOPOLOGIES key
     device_driver: str = "gpu.nvidia.com"   # the DRA driver whose attributes the requirement selectors read
     extended_resource_name: str = ""        # a DRA class's extendedResourceName, if any
     dra_version: str = "v1"                 # the resource.k8s.io version the target cluster serves (v1beta1 on 1.32)
@@ -133,6 +143,14 @@ def _check(spec: WorkloadSpec) -> None:
                          "For more, choose a whole-card or MIG offering.")
     if not isinstance(spec.parallelism, int) or not 1 <= spec.parallelism <= 64:
         add("parallelism", "Between 1 and 64 pods.")
+    if spec.topology not in TOPOLOGIES:
+        add("topology", f"Choose one of: {', '.join(t for t in TOPOLOGIES if t)} (or none).")
+    elif spec.topology == "pcie-root" and (spec.shape not in DRA_SHAPES or spec.count < 2):
+        add("topology", "One PCIe root is a DRA constraint between a pod's devices: choose a ResourceClaim shape and "
+                        "a count of at least 2.")
+    elif spec.topology == "nvlink-domain" and (not spec.shape.endswith("job") or spec.parallelism < 2):
+        add("topology", "One NVLink domain keeps a Job's pods together: choose a Job shape with a parallelism of at "
+                        "least 2.")
     if len(spec.image or "") > 255 or not _IMAGE.match(spec.image or ""):
         add("image", "Not an image reference (registry/path:tag or @sha256:digest).")
     for name, value in (("cpu", spec.cpu), ("memory", spec.memory)):
@@ -244,7 +262,10 @@ def _claim_spec(spec: WorkloadSpec) -> dict[str, Any]:
                                "count": spec.count}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    return {"devices": {"requests": [{"name": "accelerators", "exactly": exactly}]}}
+    devices: dict[str, Any] = {"requests": [{"name": "accelerators", "exactly": exactly}]}
+    if spec.topology == "pcie-root":
+        devices["constraints"] = [{"requests": ["accelerators"], "matchAttribute": PCIE_ROOT_ATTRIBUTE}]
+    return {"devices": devices}
 
 
 def _labels(spec: WorkloadSpec) -> dict[str, str]:
@@ -294,10 +315,26 @@ def generate(spec: WorkloadSpec) -> Generated:
                        spec.min_memory_gib or spec.architecture or spec.cuda or spec.compute_capability) else "."))
     why.append("CPU and memory requests let the scheduler place the pod next to others without overcommitting.")
     pod_spec = _pod_spec(spec, claim=claim_ref, restart="Never")
+    template_meta: dict[str, Any] = {"labels": _labels(spec)}
+    if spec.topology == "pcie-root":
+        why.append(f"All {spec.count} devices share one {PCIE_ROOT_ATTRIBUTE} (matchAttribute): peer-to-peer traffic "
+                   "stays behind one PCIe root.")
+    elif spec.topology == "nvlink-domain":
+        # The default scheduler: required pod affinity to the Job's own pods on the NVLink-domain label (the first
+        # pod goes anywhere, the others follow it); Kueue's topology-aware scheduling: the podset annotation.
+        template_meta["annotations"] = {REQUIRED_TOPOLOGY: NVLINK_DOMAIN_LABEL}
+        pod_spec["affinity"] = {**pod_spec.get("affinity", {}), "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": spec.name}},
+                "topologyKey": NVLINK_DOMAIN_LABEL}]}}
+        why.append(f"All {spec.parallelism} pods in one NVLink domain ({NVLINK_DOMAIN_LABEL}): required pod affinity "
+                   f"for the default scheduler, {REQUIRED_TOPOLOGY} for Kueue.")
     if spec.shape.endswith("job"):
         workload = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {
             "parallelism": spec.parallelism, "completions": spec.parallelism, "backoffLimit": 2,
-            "template": {"metadata": {"labels": _labels(spec)}, "spec": pod_spec}}}
+            "template": {"metadata": template_meta, "spec": pod_spec}}}
+        if spec.parallelism > 1:
+            workload["spec"]["completionMode"] = "Indexed"  # stable ranks for the workers
     else:
         workload = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
     documents.append((workload, why))

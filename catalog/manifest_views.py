@@ -33,7 +33,7 @@ def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
         command = []
     spec = WorkloadSpec(
         offering=offering, namespace=data["namespace"], name=data["name"], shape=data["shape"], count=data["count"],
-        parallelism=data.get("parallelism") or 1, image=data["image"], command=command, cpu=data["cpu"],
+        parallelism=data.get("parallelism") or 1, topology=data.get("topology") or "", image=data["image"], command=command, cpu=data["cpu"],
         memory=data["memory"], min_memory_gib=data.get("min_memory_gib"), architecture=data.get("architecture") or "",
         cuda=data.get("cuda") or "", compute_capability=data.get("compute_capability") or "",
         device_driver=facts.driver, extended_resource_name=facts.extended_resource_name,

@@ -16,6 +16,7 @@ urlpatterns = [
     path("proposals/<int:pk>/decide/", views.ProposalDecideView.as_view(), name="proposal_decide"),
     path("prices/<int:pk>/delete/", views.PriceDeleteView.as_view(), name="price_delete"),
     path("o/<slug:slug>/", views.OfferingDetailView.as_view(), name="offering_detail"),
+    path("o/<slug:slug>/gang/", views.OfferingGangView.as_view(), name="offering_gang"),
     path("o/<slug:slug>/edit/", views.OfferingEditView.as_view(), name="offering_edit"),
     path("o/<slug:slug>/lifecycle/", views.OfferingLifecycleView.as_view(), name="offering_lifecycle"),
     path("o/<slug:slug>/prices/", views.OfferingPriceView.as_view(), name="offering_price"),

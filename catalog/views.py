@@ -28,8 +28,10 @@ from catalog.forms import CatalogFilterForm, LifecycleForm, OfferingForm, PriceF
 from catalog.isolation import declared_sharing, isolation_problem
 from catalog.models import Lifecycle, Offering, OfferingPrice
 from catalog.selectors import OfferingRow, capacity_history, capacity_totals, offering_rows, offerings_for
+from catalog.services.capacity import reference_request
 from catalog.services.compatibility import RequirementError, Verdict, offerings_check
 from catalog.services.discovery import discovery_run, proposal_decide
+from catalog.services.gangs import offering_gang_view
 from catalog.services.matching import offering_selector_check, offering_warnings
 from catalog.services.offerings import (
     offering_create,
@@ -266,7 +268,22 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
         )
         if not (self.request.htmx and not self.request.htmx.boosted):
             context["snippets"] = request_snippets(offering)
+        context["gang_defaults"] = {"pods": 4, "units": reference_request(offering)}
         return context
+
+
+class OfferingGangView(LoginRequiredMixin, View):
+    """The gang view of the offering's capacity on one cluster: can an N x R job start now (an htmx partial)?"""
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        offering = get_object_or_404(offerings_for(request.user, include_all=True), slug=slug)
+        rows = {row.cluster_id: row.cluster for row in offering.offeringcapacity_rows.select_related("cluster")}
+        cluster_id = _int_param(request, "cluster")
+        cluster = rows.get(cluster_id) if cluster_id is not None else next(iter(rows.values()), None)
+        pods, units = _int_param(request, "pods") or 4, _int_param(request, "units") or reference_request(offering)
+        view = offering_gang_view(offering, cluster, pods=pods, units=units, user=request.user) if cluster else None
+        return render(request, "catalog/_gang_view.html", {"offering": offering, "gang": view,
+                                                           "error": "" if cluster else "No capacity on any cluster."})
 
 
 # ------------------------------------------------------------------------------------------------ curator pages

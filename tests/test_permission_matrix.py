@@ -248,7 +248,8 @@ EXPECTED: dict[str, dict[str, int]] = {
                                                  "node_devices")},
     "inventory:cluster_sync_state": page(**{"*": 286}),  # htmx: nothing is listing, stop polling
     # Catalog and manifests: everyone browses and generates; curators (platform admins) edit.
-    **{f"catalog:{name}": page() for name in ("offering_list", "offering_detail", "generate", "validate")},
+    **{f"catalog:{name}": page() for name in ("offering_list", "offering_detail", "offering_gang", "generate",
+                                              "validate")},
     "catalog:offering_compare": page(**{"*": 400}),  # nothing to compare without ?offerings=
     "catalog:pod_explain": page(**TENANT_B_OBJECT),
     **{f"catalog:{name}": staff_page(ADMIN) for name in ("offering_create", "offering_edit", "proposals",
@@ -289,7 +290,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     **{f"catalog-api:{name}": api(**{"*": POST_ONLY, "admin": POST_ONLY}) for name in (
         "offering-lifecycle", "offering-prices", "selector-check")},
     **{f"manifests-api:{name}": api(**{"*": POST_ONLY, "admin": POST_ONLY}) for name in (
-        "validate", "generate", "feasibility")},
+        "validate", "generate", "feasibility", "feasibility-gang")},
     # Tenancy, quota and exceptions API: lists are scoped, other tenants' objects are 404.
     **{f"portal-api:{name}": api() for name in ("tenant-list", "quota-request-list", "quota-list",
                                                  "quota-state-list", "access-request-list", "grant-list",

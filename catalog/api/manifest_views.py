@@ -8,19 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.feasibility import ManifestError, load_objects, split_pod_manifest
-from catalog.generator import SHAPES, GeneratorError, WorkloadSpec, generate
+from catalog.feasibility.gang import MAX_GANG_PODS, gang_pods
+from catalog.generator import SHAPES, TOPOLOGIES, GeneratorError, WorkloadSpec, generate
 from catalog.models import Offering
-from catalog.services.manifests import manifest_validate, pod_explain
+from catalog.services.manifests import gang_explain, manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
+from inventory.k8s.semantics import is_qualified_name
 from inventory.models import Cluster
 from inventory.scoping import scope_for, targets_for
 from inventory.untrusted_text import UntrustedTextError, normalize
@@ -98,6 +100,8 @@ class GenerateInputSerializer(serializers.Serializer):
     shape = serializers.ChoiceField(choices=list(SHAPES))
     count = serializers.IntegerField(min_value=1, max_value=64, default=1)
     parallelism = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    topology = serializers.ChoiceField(choices=list(TOPOLOGIES), default="", help_text=", ".join(
+        f"{key}: {text}" for key, text in TOPOLOGIES.items() if key))
     image = serializers.CharField(max_length=255)
     command = serializers.ListField(child=serializers.CharField(max_length=1000, allow_blank=True), max_length=64,
                                     default=list)
@@ -161,30 +165,96 @@ class FeasibilityInputSerializer(serializers.Serializer):
         return attrs
 
 
-class FeasibilityView(PortalExceptionHandlerMixin, APIView):
-    """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+def _submitted_objects(validated: dict[str, Any]) -> list[dict[str, Any]]:
+    """The objects of `manifest`, or the `pod` sent as JSON (raises ManifestError)."""
+    if "manifest" in validated:
+        return load_objects(validated["manifest"])
+    return [{"apiVersion": "v1", "kind": "Pod", **validated["pod"]}]
+
+
+def _outside_namespaces(user: Any, cluster: Cluster, namespaces: set[str]) -> Response | None:
+    """A 400 naming the first namespace that is not the reader's (platform roles may explain anywhere), or None."""
+    if scope_for(user).everything:
+        return None
+    outside = sorted(namespaces - set(targets_for(user, cluster)))
+    if not outside:
+        return None
+    return Response({"namespace": [f"{outside[0]!r} is not one of your namespaces in {cluster.name}: "
+                                   "feasibility is explained only for your own namespaces."]},
+                    status=status.HTTP_400_BAD_REQUEST)
+
+
+class _ExplainView(PortalExceptionHandlerMixin, APIView):
+    """POST a manifest (or a pod) and a cluster, get an explanation; a manifest that cannot be read is a 400."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     token_write_scope = "inventory:read"  # noqa: S105 - POST, but it only computes
+    input_serializer: type[serializers.Serializer] = FeasibilityInputSerializer
 
-    @extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
-        data = FeasibilityInputSerializer(data=request.data)
+        data = self.input_serializer(data=request.data)
         data.is_valid(raise_exception=True)
-        cluster = data.validated_data["cluster"]
         try:
-            objects = load_objects(data.validated_data["manifest"]) if "manifest" in data.validated_data else [
-                {"apiVersion": "v1", "kind": "Pod", **data.validated_data["pod"]}]
-            pod, claims, templates, notes = split_pod_manifest(objects)
+            return self.explain(request, data.validated_data["cluster"], data.validated_data,
+                                _submitted_objects(data.validated_data))
         except ManifestError as exc:
             return Response({"manifest": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        raise NotImplementedError
+
+
+@extend_schema_view(post=extend_schema(request=FeasibilityInputSerializer, responses=OpenApiTypes.OBJECT))
+class FeasibilityView(_ExplainView):
+    """Will this pod schedule on the cluster now, and if not, why — in the scheduler's words, per node, with hints."""
+
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        pod, claims, templates, notes = split_pod_manifest(objects)
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
         namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta["namespace"] else "default"
-        if not scope_for(request.user).everything and namespace not in targets_for(request.user, cluster):
-            return Response({"namespace": [f"{namespace!r} is not one of your namespaces in {cluster.name}: "
-                                           "feasibility is explained only for your own namespaces."]},
-                            status=status.HTTP_400_BAD_REQUEST)
-        explanation = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates])
-        body = explanation.as_json()
+        refused = _outside_namespaces(request.user, cluster, {namespace})
+        if refused is not None:
+            return refused
+        body = pod_explain(pod=pod, cluster=cluster, user=request.user, claims=[*claims, *templates]).as_json()
         body["notes"] = [*notes, *body.get("notes", [])]
+        return Response(body)
+
+
+class GangFeasibilityInputSerializer(FeasibilityInputSerializer):
+    manifest = serializers.CharField(
+        max_length=MAX_MANIFEST, required=False, trim_whitespace=False,
+        help_text="YAML/JSON: a Job (parallelism, completions, Indexed), a JobSet, a training job with "
+                  "spec.*ReplicaSpecs (PyTorchJob…), a Deployment/StatefulSet, or several Pods — plus their "
+                  "ResourceClaim(Template)s.")
+    replicas = serializers.IntegerField(required=False, min_value=1, max_value=MAX_GANG_PODS,
+                                        help_text="With a single Pod: the gang is this many identical pods.")
+    topology = serializers.CharField(
+        required=False, max_length=317,
+        help_text="A node label (topology.kubernetes.io/zone, a rack label, nvidia.com/gpu.clique): all pods on nodes "
+                  "sharing one value of it. Default: the pods' kueue.x-k8s.io/podset-required-topology annotation.")
+
+    def validate_topology(self, value: str) -> str:
+        if not is_qualified_name(value):
+            raise serializers.ValidationError("Not a label key (a qualified name like topology.kubernetes.io/zone).")
+        return value
+
+
+@extend_schema_view(post=extend_schema(request=GangFeasibilityInputSerializer, responses=OpenApiTypes.OBJECT))
+class GangFeasibilityView(_ExplainView):
+    """Can all pods of a multi-pod workload be placed at the same time? Placed in order on a copy of the cluster's
+    snapshot: the first pod that fails and why (the scheduler's words), and the largest gang placeable now."""
+
+    input_serializer = GangFeasibilityInputSerializer
+
+    def explain(self, request: Request, cluster: Cluster, validated: dict[str, Any],
+                objects: list[dict[str, Any]]) -> Response:
+        pods, claims, templates, notes = gang_pods(objects, replicas=validated.get("replicas"))
+        refused = _outside_namespaces(request.user, cluster, {p.pod["metadata"]["namespace"] for p in pods})
+        if refused is not None:
+            return refused
+        body = gang_explain(pods=pods, cluster=cluster, user=request.user, claims=[*claims, *templates],
+                            topology=validated.get("topology", "")).as_json()
+        body["notes"] = [*notes, *body["notes"]]
         return Response(body)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from catalog.feasibility.engine import Explanation, NodeVerdict, explain_pod
 from catalog.feasibility.manifests import ManifestError, load_objects, split_pod_manifest
-from catalog.feasibility.snapshot import ClusterSnapshot, snapshot_from_objects
+from catalog.feasibility.snapshot import ClusterSnapshot, scenario_snapshot, snapshot_from_objects
 
 if TYPE_CHECKING:
     from inventory.models import Cluster
@@ -21,6 +21,7 @@ __all__ = [
     "NodeVerdict",
     "explain_pod",
     "load_objects",
+    "scenario_snapshot",
     "snapshot_for_cluster",
     "snapshot_from_objects",
     "split_pod_manifest",

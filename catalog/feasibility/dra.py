@@ -47,6 +47,7 @@ __all__ = [
     "Constraint",
     "ExactRequest",
     "NodeAllocation",
+    "Pick",
     "Request",
     "allocate_on_node",
     "prepare_matches",
@@ -340,6 +341,19 @@ class NodeAllocation:
     details: list[str] = field(default_factory=list)
     free_by_request: dict[str, int] = field(default_factory=dict)  # first alternative: free matching devices
     holders: dict[str, int] = field(default_factory=dict)  # "ns/claim" → matching devices it holds here
+    picks: list[Pick] = field(default_factory=list)  # on success: the devices chosen (a gang consumes them)
+    # matchAttribute constraints that blocked the node: (attribute, would a value fit if the devices were freed)
+    topology: list[tuple[str, bool]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One device the allocator chose for a claim: what placing the pod would consume."""
+
+    claim: int  # index into the pod's pending claims
+    device: int  # index into ClusterSnapshot.devices
+    admin: bool
+    share: Mapping[str, Any] | None  # consumed capacity of a shared device (allowMultipleAllocations)
 
 
 def _qualified(attribute: str, driver: str) -> str:
@@ -394,6 +408,7 @@ class _Search:
         ]
         self.steps_plan = [(ci, request) for ci, claim in enumerate(claims) for request in claim.requests]
         self.counts = [0] * len(claims)
+        self.picked: list[Pick] = []  # added and removed in stack order by _add/_remove
 
     def run(self) -> bool:
         return self._solve(0)
@@ -506,6 +521,7 @@ class _Search:
             consumable.add(self.capacity.setdefault(index, {}), share)
             self.shares.setdefault((claim_index, index, request.name), []).append(share)
             self.share_count[index] = self.share_count.get(index, 0) + 1
+        self.picked.append(Pick(claim_index, index, request.admin, share))
         return True
 
     def _undo_constraints(self, claim_index: int, request: ExactRequest, upto: int) -> None:
@@ -516,6 +532,7 @@ class _Search:
 
     def _remove(self, claim_index: int, request: ExactRequest, index: int) -> None:
         record = self.usable[index]
+        self.picked.pop()
         self._undo_constraints(claim_index, request, len(self.claims[claim_index].constraints))
         self.allocating[index].discard(claim_index)
         self.counts[claim_index] -= 1
@@ -562,12 +579,35 @@ def _unavailable(snapshot: ClusterSnapshot, record: DeviceRecord, request: Exact
     return ""
 
 
+def _shared_values(snapshot: ClusterSnapshot, attribute: str, covered: Sequence[ExactRequest], claim_index: int,
+                   devices: Mapping[str, list[int]]) -> tuple[dict[tuple[str, Any], set[int]], list[Any]]:
+    """(attribute value → devices having it, values shared by enough devices for every covered request)."""
+    by_value: dict[tuple[str, Any], set[int]] = {}
+    per_request: list[dict[tuple[str, Any], int]] = []
+    for alternative in covered:
+        counts: dict[tuple[str, Any], int] = {}
+        for index in devices.get(f"{claim_index}:{alternative.name}", ()):
+            record = snapshot.devices[index]
+            value = _attribute(record, _qualified(attribute, record.driver))
+            if value is not None:
+                counts[value] = counts.get(value, 0) + 1
+                by_value.setdefault(value, set()).add(index)
+        per_request.append(counts)
+    needed = sum(alternative.count for alternative in covered)
+    enough = [value for value, found in by_value.items()
+              if len(found) >= needed and all(counts.get(value, 0) >= alternative.count
+                                              for counts, alternative in zip(per_request, covered, strict=True))]
+    return by_value, enough
+
+
 def _constraint_precheck(snapshot: ClusterSnapshot, claim: ClaimSpec, claim_index: int,
-                         candidates: dict[str, list[int]]) -> list[str]:
+                         candidates: dict[str, list[int]], matching: dict[str, list[int]],
+                         result: NodeAllocation) -> list[str]:
     """Fast necessary condition for matchAttribute: some value must be shared by enough free devices.
 
     Checked only when every request the constraint covers has one ExactCount alternative; it spares the
-    backtracking search its worst case (every combination of an infeasible constraint)."""
+    backtracking search its worst case (every combination of an infeasible constraint). When it fails, it also says
+    whether the node's matching devices, all freed, would share such a value (`result.topology`)."""
     failures = []
     for constraint in claim.constraints:
         if constraint.kind != "matchAttribute":
@@ -577,26 +617,26 @@ def _constraint_precheck(snapshot: ClusterSnapshot, claim: ClaimSpec, claim_inde
         if not covered or any(len(r.alternatives) != 1 or r.alternatives[0].mode != "ExactCount"
                               for r in claim.requests if r.alternatives[0] in covered):
             continue
-        by_value: dict[tuple[str, Any], set[int]] = {}
-        per_request: list[dict[tuple[str, Any], int]] = []
-        for alternative in covered:
-            counts: dict[tuple[str, Any], int] = {}
-            for index in candidates[f"{claim_index}:{alternative.name}"]:
-                record = snapshot.devices[index]
-                value = _attribute(record, _qualified(constraint.attribute, record.driver))
-                if value is not None:
-                    counts[value] = counts.get(value, 0) + 1
-                    by_value.setdefault(value, set()).add(index)
-            per_request.append(counts)
-        needed = sum(alternative.count for alternative in covered)
-        if any(len(devices) >= needed and all(counts.get(value, 0) >= alternative.count
-                                               for counts, alternative in zip(per_request, covered, strict=True))
-               for value, devices in by_value.items()):
+        by_value, enough = _shared_values(snapshot, constraint.attribute, covered, claim_index, candidates)
+        if enough:
             continue
+        needed = sum(alternative.count for alternative in covered)
         shown = ", ".join(f"{value[1]}: {len(devices)}" for value, devices in sorted(
             by_value.items(), key=lambda item: (-len(item[1]), str(item[0][1])))[:4]) or "no free device has it"
-        failures.append(f"constraint matchAttribute {constraint.attribute}: no value is shared by {needed} free "
-                        f"matching devices ({shown})")
+        line = (f"constraint matchAttribute {constraint.attribute}: no value is shared by {needed} free matching "
+                f"devices ({shown})")
+        all_values, if_freed = _shared_values(snapshot, constraint.attribute, covered, claim_index, matching)
+        if if_freed:
+            held = {value: [h for i in all_values[value] if (h := snapshot.allocated.get(snapshot.devices[i].id, ""))]
+                    for value in if_freed}
+            value = min(if_freed, key=lambda v: (len(held[v]), str(v[1])))  # the fewest devices to free
+            holders = set(held[value])
+            line += (f"; {constraint.attribute}={value[1]} would satisfy it if its devices were freed"
+                     + (f" (held by {len(holders)} claim{'s' * (len(holders) != 1)})" if holders else ""))
+        else:
+            line += f"; no {constraint.attribute} value of this node has {needed} matching devices even if all were free"
+        result.topology.append((constraint.attribute, bool(if_freed)))
+        failures.append(line)
     return failures
 
 
@@ -621,6 +661,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
         details.append("no DRA devices are published for this node")
 
     candidates: dict[str, list[int]] = {}
+    matching_by_key: dict[str, list[int]] = {}  # every matching device, free or not (what freeing would give)
     impossible: set[str] = set()
     feasible_alone = True
     fatal = False
@@ -670,6 +711,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
                     summary = (f"request {alternative.name}: {alternative.needed} needed, {len(matching)} match the "
                                f"selectors, {len(free)} free")
                     candidates[f"{claim_index}:{alternative.name}"] = free
+                matching_by_key[f"{claim_index}:{alternative.name}"] = [r.index for r in matching]
                 if not matching:
                     summary += f" (class {alternative.class_name}; {len(usable)} usable device(s) checked)"
                 if not enough:
@@ -688,7 +730,8 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
         result.details = details
         return result
     constraint_failures = [line for index, claim in enumerate(pending)
-                           for line in _constraint_precheck(snapshot, claim, index, candidates)]
+                           for line in _constraint_precheck(snapshot, claim, index, candidates, matching_by_key,
+                                                            result)]
     if constraint_failures:
         result.ok = False
         result.details = [*details, *constraint_failures]
@@ -700,6 +743,7 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
     solved = search.run()
     budget.remaining -= search.steps
     if solved:
+        result.picks = list(search.picked)
         return result
     result.ok = False
     if search.exhausted:

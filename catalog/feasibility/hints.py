@@ -275,6 +275,28 @@ def _dra_hints(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Resu
     return hints
 
 
+def _topology_hints(results: Mapping[str, _Result | None]) -> list[str]:
+    """Per matchAttribute constraint (PCIe root, NUMA node, NVLink domain): how many nodes it blocks, and which of
+    them would satisfy it if the devices held there were freed."""
+    blocked: dict[str, list[str]] = {}
+    freeable: dict[str, list[str]] = {}
+    for name, result in results.items():
+        if result is None or result.allocation is None:
+            continue
+        for attribute, if_freed in result.allocation.topology:
+            blocked.setdefault(attribute, []).append(name)
+            if if_freed:
+                freeable.setdefault(attribute, []).append(name)
+    hints = []
+    for attribute, names in sorted(blocked.items()):
+        fixable = sorted(freeable.get(attribute, []))
+        text = f"constraint matchAttribute {attribute} blocks {_nodes(len(names))}"
+        text += (f"; {len(fixable)} of them would satisfy it if their devices were freed: {_names(fixable)}"
+                 if fixable else "; none of them has enough matching devices with one value even if all were free")
+        hints.append(text)
+    return hints
+
+
 def hints_for(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Result | None],
               allowed: set[str] | None, *, evaluate: Evaluate) -> list[str]:
     """Every hint for one explanation, most useful first."""
@@ -291,4 +313,5 @@ def hints_for(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Resul
         hints += _largest_hint(snapshot, ctx, results, resource)
         hints += _holders_hint(snapshot, ctx, results, resource)
     hints += _dra_hints(snapshot, ctx, results)
+    hints += _topology_hints(results)
     return hints

@@ -39,6 +39,7 @@ __all__ = [
     "DeviceRecord",
     "NodeInfo",
     "PoolInfo",
+    "scenario_snapshot",
     "snapshot_from_objects",
 ]
 
@@ -542,6 +543,20 @@ def snapshot_from_objects(
     finally:
         if collecting:
             gc.enable()
+
+
+def scenario_snapshot(objects: Iterable[dict[str, Any]], *, kubernetes_version: tuple[int, int] | None = None
+                      ) -> ClusterSnapshot:
+    """A snapshot of a mixed list of objects (a kubesim scenario, one `kubectl get … -o json` dump), by kind."""
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for obj in objects:
+        if isinstance(obj, dict):
+            by_kind[_str(obj.get("kind"))].append(obj)
+    return snapshot_from_objects(
+        nodes=by_kind["Node"], pods=by_kind["Pod"], resource_slices=by_kind["ResourceSlice"],
+        device_classes=by_kind["DeviceClass"], resource_claims=by_kind["ResourceClaim"],
+        resource_claim_templates=by_kind["ResourceClaimTemplate"], kubernetes_version=kubernetes_version,
+    )
 
 
 def _build(nodes: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]], resource_slices: Sequence[dict[str, Any]],

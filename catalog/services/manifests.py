@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 
 from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snapshot_for_cluster
+from catalog.feasibility.gang import GangExplanation, GangPod, explain_gang, gang_pods
 from catalog.feasibility.viewer import EVERYONE, Viewer
 from catalog.validation import Finding, ValidationContext, ValidationReport, context_for_cluster, validate_manifest
 from inventory.errors import ClusterError
@@ -32,6 +33,7 @@ from inventory.services.clients import client_for
 
 logger = logging.getLogger(__name__)
 FeasibilityCheck = Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]]
+GangCheck = Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]]
 
 _snapshots: dict[int, tuple[float, ClusterSnapshot]] = {}
 _contexts: dict[int, tuple[float, ValidationContext]] = {}
@@ -118,16 +120,44 @@ def explanation_findings(explanation: Explanation) -> list[Finding]:
     return findings[:MAX_FINDINGS_PER_POD]
 
 
+def _split_claims(claims: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    return {"extra_claims": [c for c in claims if c.get("kind") == "ResourceClaim"],
+            "extra_claim_templates": [c for c in claims if c.get("kind") == "ResourceClaimTemplate"]}
+
+
 def snapshot_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
                          viewer: Viewer = EVERYONE) -> FeasibilityCheck:
     """The validator's feasibility layer over a snapshot (or a function returning the current one)."""
     def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
         current = snapshot() if callable(snapshot) else snapshot
-        extra_claims = [c for c in claims if c.get("kind") == "ResourceClaim"]
-        templates = [c for c in claims if c.get("kind") == "ResourceClaimTemplate"]
-        explanation = explain_pod(pod, current, extra_claims=extra_claims, extra_claim_templates=templates,
-                                  viewer=viewer)
-        return explanation_findings(explanation)
+        return explanation_findings(explain_pod(pod, current, viewer=viewer, **_split_claims(claims)))
+
+    return run
+
+
+def gang_findings(gang: GangExplanation) -> list[Finding]:
+    """A gang explanation as validator findings. A gang none of whose pods fits adds nothing: the pod's own
+    explanation already says why."""
+    if not gang.placements:
+        return []
+    if gang.schedulable:
+        return [Finding(layer="feasibility", severity="info", path="", code="gang-fits",
+                        message=f"gang of {gang.total_pods} pods: {gang.message}")]
+    largest = next((h for h in gang.hints if h.startswith("largest gang")), "")
+    findings = [Finding(layer="feasibility", severity="error", path="", code="gang-unschedulable",
+                        message=gang.message, fix=largest)]
+    findings += [Finding(layer="feasibility", severity="info", path="", code="hint", message=h)
+                 for h in gang.hints if h != largest]
+    return findings[:MAX_FINDINGS_PER_POD]
+
+
+def snapshot_gang_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
+                              viewer: Viewer = EVERYONE) -> GangCheck:
+    """The validator's gang check (a Job's `parallelism` pods placed at once) over a snapshot."""
+    def run(pod: dict[str, Any], count: int, claims: list[dict[str, Any]]) -> list[Finding]:
+        current = snapshot() if callable(snapshot) else snapshot
+        pods, _, _, _ = gang_pods([pod], replicas=count)
+        return gang_findings(explain_gang(pods, current, viewer=viewer, **_split_claims(claims)))
 
     return run
 
@@ -138,10 +168,6 @@ def viewer_for(user: Any, cluster: Cluster) -> Viewer:
         return EVERYONE
     rule = holder_rule(user)
     return Viewer(shows=lambda namespace: rule(cluster.pk, namespace))
-
-
-def _feasibility(cluster: Cluster, viewer: Viewer = EVERYONE) -> FeasibilityCheck:
-    return snapshot_feasibility(lambda: cluster_snapshot(cluster), viewer)
 
 
 def _dry_run(cluster: Cluster) -> Any:
@@ -190,7 +216,9 @@ def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: 
     if cluster is None:
         return ValidationContext()
     context = cluster_context(cluster)
-    context.feasibility = _feasibility(cluster, viewer_for(user, cluster))
+    viewer = viewer_for(user, cluster)
+    context.feasibility = snapshot_feasibility(lambda: cluster_snapshot(cluster), viewer)
+    context.gang_feasibility = snapshot_gang_feasibility(lambda: cluster_snapshot(cluster), viewer)
     if user is not None:
         targets = frozenset(targets_for(user, cluster))
         context.allowed_namespaces = None if scope_for(user).everything else targets
@@ -208,8 +236,13 @@ def manifest_validate(*, text: str, cluster: Cluster | None, user: Any, dry_run:
 def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: Any,
                 claims: list[dict[str, Any]] | None = None) -> Explanation:
     """Explain a pod for `user`: other tenants' pods and claims are not named (viewer_for)."""
-    claims = claims or []
-    return explain_pod(pod, cluster_snapshot(cluster),
-                       extra_claims=[c for c in claims if c.get("kind") == "ResourceClaim"],
-                       extra_claim_templates=[c for c in claims if c.get("kind") == "ResourceClaimTemplate"],
-                       viewer=viewer_for(user, cluster))
+    return explain_pod(pod, cluster_snapshot(cluster), viewer=viewer_for(user, cluster),
+                       **_split_claims(claims or []))
+
+
+def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: Any, claims: list[dict[str, Any]] | None = None,
+                 topology: str = "") -> GangExplanation:
+    """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given?);
+    other tenants' names are hidden."""
+    return explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster), topology=topology,
+                        **_split_claims(claims or []))

@@ -48,6 +48,8 @@ class ValidationContext:
     limit_ranges: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] | None = None
     admin_access_namespaces: frozenset[str] | None = None
     feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]] | None = None
+    # (pod, pods that run at once, claims): can a Job's `parallelism` pods all be placed at the same time?
+    gang_feasibility: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]] | None = None
     dry_run: Callable[[list[dict[str, Any]]], list[Finding]] | None = None
     node_taints: dict[str, set[str]] | None = None  # taint key → values seen on the cluster's nodes
     # taint key → labels that every node with the taint carries and some other node does not (the pool's labels)

@@ -92,6 +92,12 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
                 "feasibility", holder.index, holder.kind == "Job",
                 lambda holder=holder: context.feasibility(_as_pod(holder), copy.deepcopy(claims)),  # type: ignore[misc]
             )
+            if context.gang_feasibility is not None and holder.pods > 1:
+                findings += _call(
+                    "feasibility", holder.index, holder.kind == "Job",
+                    lambda holder=holder: context.gang_feasibility(  # type: ignore[misc]
+                        _as_pod(holder), holder.pods, copy.deepcopy(claims)),
+                )
     if context.dry_run is not None:
         outside = sorted({namespace_of(d, context.default_namespace) for _i, d in valid} - context.dry_run_namespaces
                          ) if context.dry_run_namespaces is not None else []

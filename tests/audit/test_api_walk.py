@@ -144,6 +144,8 @@ RECIPES: dict[str, Callable[[dict[str, Any]], Call]] = {
     "v1_catalog_selector_check_create": lambda w: Call(
         w["admin"], "/api/v1/catalog/selector-check/", {"unit_kind": "whole", "resource_name": "nvidia.com/gpu"}),
     "v1_feasibility_create": lambda w: Call(w["lead"], "/api/v1/feasibility/", {"cluster": "prod", "pod": POD}),
+    "v1_feasibility_gang_create": lambda w: Call(w["lead"], "/api/v1/feasibility/gang/",
+                                                 {"cluster": "prod", "pod": POD, "replicas": 2}),
     "v1_manifests_generate_create": lambda w: Call(
         w["lead"], "/api/v1/manifests/generate/",
         {"offering": "h100", "namespace": "ml-research", "name": "train", "shape": "pod", "image": "python:3.11"}),

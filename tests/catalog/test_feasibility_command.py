@@ -173,3 +173,27 @@ def test_snapshot_from_the_inventory_and_cluster_option(tmp_path):
     Cluster.objects.create(name="second")
     with pytest.raises(CommandError, match="give --nodes FILE or --cluster NAME"):
         _run("--pod", str(pod_file))
+
+
+def test_gang_option_places_every_pod_of_the_workload_at_once(tmp_path, cluster_files):
+    nodes, pods = cluster_files  # a: 8 GPUs (4 busy), b: 4 GPUs, c: none
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp"},
+                                   "spec": {"parallelism": 3, "completionMode": "Indexed",
+                                            "template": {"spec": gpu_pod("w", gpus=4)["spec"]}}}))
+    text = _run("--gang", "--pod", str(job), "--nodes", str(nodes), "--pods", str(pods))
+    assert text.splitlines()[0].startswith("only 2 of 3 pods fit at once; ddp-2 finds no node after the 2 before it: "
+                                           "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert "ddp-0 -> a" in text
+    assert "largest gang placeable now: 2 of 3 pods, on a, b" in text
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(gpu_pod("w", gpus=4)))
+    data = json.loads(_run("--gang", "--replicas", "2", "--pod", str(one), "--nodes", str(nodes), "--format", "json"))
+    assert data["schedulable"] is True
+    assert data["nodes_used"] == {"b": 1, "a": 1}  # best fit: b's 4 cards first, a stays whole for the next pod
+    with pytest.raises(CommandError, match="--topology"):
+        _run("--gang", "--topology", "not a key", "--pod", str(job), "--nodes", str(nodes))
+    with pytest.raises(CommandError, match="go with --gang"):
+        _run("--replicas", "2", "--pod", str(job), "--nodes", str(nodes))
+    with pytest.raises(CommandError, match="--pod: no Pod, Job"):
+        _run("--gang", "--pod", str(nodes), "--nodes", str(nodes))

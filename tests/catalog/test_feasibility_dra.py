@@ -117,8 +117,19 @@ def test_match_attribute_constraint():
     too_many = template("t", [exact("gpus", count=3)], constraints=constraint)
     result = _explain_dra(_template_pod(), [node("n")], slices, templates=[too_many])
     assert verdict(result, "n").details == [
-        f"constraint matchAttribute {root}: no value is shared by 3 free matching devices (pci0: 2, pci1: 2)"
+        f"constraint matchAttribute {root}: no value is shared by 3 free matching devices (pci0: 2, pci1: 2); no "
+        f"{root} value of this node has 3 matching devices even if all were free"
     ]
+    # Two free on pci1, pci0 half taken: freeing gpu-0 would satisfy the constraint on pci0 — and the node says so.
+    pair = template("t", [exact("gpus", count=2)], constraints=constraint)
+    taken = claim("taken", [exact()], allocated=[("n", "gpu-0"), ("n", "gpu-2")])
+    result = _explain_dra(_template_pod(), [node("n")], slices, claims=[taken], templates=[pair])
+    assert verdict(result, "n").details == [
+        f"constraint matchAttribute {root}: no value is shared by 2 free matching devices (pci0: 1, pci1: 1); "
+        f"{root}=pci0 would satisfy it if its devices were freed (held by 1 claim)"
+    ]
+    assert (f"constraint matchAttribute {root} blocks 1 node; 1 of them would satisfy it if their devices were "
+            "freed: n") in result.hints
     # Across two requests: one device each, on the same PCIe root, with gpu-1 taken → gpu-2 + gpu-3.
     two = template("t", [exact("a"), exact("b")], constraints=[{"matchAttribute": root}])
     taken = claim("taken", [exact()], allocated=[("n", "gpu-1")])

@@ -225,3 +225,37 @@ def test_only_the_users_tenant_namespaces_can_be_targeted(client, member, world)
 
 def test_page_needs_login(client, world) -> None:
     assert client.get(reverse("catalog:generate")).status_code == 302
+
+
+def test_topology_options_become_a_pcie_root_constraint_and_an_nvlink_domain_gang() -> None:
+    pcie = generate(_spec(L40S, shape="claim-template-job", count=4, topology="pcie-root"))
+    template, job = pcie.documents
+    assert template["spec"]["spec"]["devices"]["constraints"] == [
+        {"requests": ["accelerators"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    assert "one PCIe root" in pcie.yaml
+    _schema_valid(pcie.documents)
+    nvlink = generate(_spec(H200, shape="job", count=8, parallelism=4, topology="nvlink-domain"))
+    (job,) = nvlink.documents
+    assert job["spec"]["completionMode"] == "Indexed"
+    pod_template = job["spec"]["template"]
+    assert pod_template["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "nvidia.com/gpu.clique"}
+    affinity = pod_template["spec"]["affinity"]
+    assert affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchLabels": {"app.kubernetes.io/name": "train"}}, "topologyKey": "nvidia.com/gpu.clique"}]
+    assert "nodeAffinity" in affinity  # the pool's affinity stays
+    _schema_valid(nvlink.documents)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"offering": H200, "shape": "job", "count": 4, "topology": "pcie-root"}, "DRA constraint"),
+    ({"offering": L40S, "shape": "claim-template-pod", "count": 1, "topology": "pcie-root"}, "at least 2"),
+    ({"offering": H200, "shape": "pod", "count": 8, "topology": "nvlink-domain"}, "Job shape"),
+    ({"offering": H200, "shape": "job", "count": 8, "parallelism": 1, "topology": "nvlink-domain"}, "at least 2"),
+    ({"offering": H200, "shape": "job", "count": 8, "topology": "rack"}, "Choose one of"),
+])
+def test_topology_options_that_cannot_apply_are_refused(overrides, message) -> None:
+    offering = overrides.pop("offering")
+    with pytest.raises(GeneratorError) as caught:
+        generate(_spec(offering, **overrides))
+    assert message in " ".join(caught.value.errors["topology"])

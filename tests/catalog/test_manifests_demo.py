@@ -119,3 +119,65 @@ def test_validate_page(live_demo, client, member) -> None:
     assert response.status_code == 200
     assert 'data-ok="false"' in body
     assert "nvidia.com/gpu" in body
+
+
+def _gang_job(parallelism: int) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp", "namespace": "ml-research"},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
+                 "template": {"spec": {"restartPolicy": "Never", "nodeSelector": {"kubesim.io/node-pool": "h100"},
+                                       "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+    })
+
+
+def test_gang_api_and_validator_say_whether_all_workers_start_at_once(live_demo, member) -> None:
+    # h100-000 has 3 free cards, h100-001 none: three 1-GPU workers start, a fourth does not.
+    _, cluster = live_demo
+    api = _api(member)
+    refused = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3)},
+                       format="json")
+    assert refused.status_code == 400
+    assert "not one of your namespaces" in refused.json()["namespace"][0]
+    give_namespaces(member, cluster, "ml-research")
+    fits = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3)},
+                    format="json").json()
+    assert fits["schedulable"] is True
+    assert fits["message"] == "all 3 pods fit at once on 1 node"
+    assert fits["nodes_used"] == {"h100-000": 3}
+    body = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(4)},
+                    format="json").json()
+    assert body["schedulable"] is False
+    assert body["largest_gang"] == 3
+    assert body["first_failure"]["pod"] == "ddp-3"
+    assert body["first_failure"]["explanation"]["message"] == (
+        "0/18 nodes are available: 1 node(s) had untolerated taint(s), 15 node(s) didn't match Pod's node "
+        "affinity/selector, 2 Insufficient nvidia.com/gpu.")
+    assert body["hints"][0] == "largest gang placeable now: 3 of 4 pods, on h100-000 x3"
+    replicas = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "replicas": 4, "pod": {
+        "metadata": {"name": "w", "namespace": "ml-research"},
+        "spec": {"nodeSelector": {"kubesim.io/node-pool": "h100"}, "containers": [
+            {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}, format="json")
+    assert replicas.json()["largest_gang"] == 3
+    zoned = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3),
+                                                   "topology": "topology.kubernetes.io/zone"}, format="json").json()
+    assert zoned["schedulable"] is True
+    assert zoned["topology"]["domain"] == "us-east-1a"
+    assert api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3),
+                                                  "topology": "not a label"}, format="json").status_code == 400
+    bad = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": "kind: ConfigMap\n"},
+                   format="json")
+    assert bad.status_code == 400
+    assert "no Pod, Job" in bad.json()["manifest"][0]
+
+    # the validator (the validate and generate pages) reports the gang beside the single-pod verdict
+    report = api.post("/api/v1/manifests/validate/", {"manifest": _gang_job(4), "cluster": cluster.pk},
+                      format="json").json()
+    codes = {f["code"]: f for f in report["findings"] if f["layer"] == "feasibility"}
+    assert "fits" in codes  # one pod alone fits
+    assert codes["gang-unschedulable"]["message"].startswith("only 3 of 4 pods fit at once")
+    assert codes["gang-unschedulable"]["fix"] == "largest gang placeable now: 3 of 4 pods, on h100-000 x3"
+    assert not report["ok"]
+    three = api.post("/api/v1/manifests/validate/", {"manifest": _gang_job(3), "cluster": cluster.pk},
+                     format="json").json()
+    assert any(f["code"] == "gang-fits" for f in three["findings"])

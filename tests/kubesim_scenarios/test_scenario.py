@@ -613,3 +613,52 @@ def test_documented_example_loads():
     assert kinds["ResourceSlice"] == 2
     assert kinds["Event"] == 1
     assert sum(1 for o in objs if o["kind"] == "ResourceClaim" and o["status"].get("allocation")) == 3
+
+
+def _pool(**extra) -> dict:
+    return {"name": "gb", "count": 4, "cpu": 96, "memory": "1Ti",
+            "gpu": {"model": "NVIDIA-H100-80GB-HBM3", "perNode": 8, "driverVersion": "570.124.06",
+                    "cudaDriver": "12.8"}, **extra}
+
+
+def test_topology_nvlink_cliques_and_shared_pcie_roots():
+    pool = _pool(mode="dra", cliqueSize=3)
+    pool["gpu"]["pcieRoots"] = 2
+    objs = load_scenario({"name": "topo", "nodePools": [pool]})
+    cliques = [n["metadata"]["labels"]["nvidia.com/gpu.clique"] for n in by_kind(objs, "Node")]
+    assert len(set(cliques[:3])) == 1
+    assert cliques[3] != cliques[0]
+    assert re.fullmatch(r"[0-9a-f-]{36}\.1", cliques[3])
+    roots = [d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"]
+             for s in by_kind(objs, "ResourceSlice") if s["spec"].get("nodeName") == "gb-000"
+             for d in s["spec"]["devices"]]
+    assert Counter(roots) == {"pci0000:15": 4, "pci0000:97": 4}
+    # by default one root per GPU, and no clique label
+    plain = load_scenario({"name": "plain", "nodePools": [_pool(mode="dra")]})
+    assert len({d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"]
+                for s in by_kind(plain, "ResourceSlice") if s["spec"].get("nodeName") == "gb-000"
+                for d in s["spec"]["devices"]}) == 8
+    assert "nvidia.com/gpu.clique" not in by_kind(plain, "Node")[0]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(("pool", "message"), [
+    (_pool(gpu={"model": "NVIDIA-L4", "perNode": 2, "pcieRoots": 3}), "pcieRoots: at most perNode"),
+    (_pool(gpu={"model": "NVIDIA-L4", "perNode": 2, "pcieRoots": 0}), "pcieRoots"),
+    ({"name": "cpu", "count": 2, "cliqueSize": 2}, "cliqueSize: only for GPU pools"),
+    (_pool(cliqueSize="x"), "cliqueSize"),
+])
+def test_bad_topology_settings_are_refused(pool, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario({"name": "bad", "nodePools": [pool]})
+
+
+def test_scheduled_pods_are_bound_where_they_fit_and_pending_with_the_schedulers_message_otherwise():
+    objs = load_scenario({"name": "sched", "namespaces": [{"name": "ml"}], "nodePools": [_pool(count=2)],
+                          "workloads": [{"name": "ddp", "namespace": "ml", "pool": "gb", "count": 3,
+                                         "controller": "Job", "state": "scheduled", "cpu": 8, "memory": "64Gi",
+                                         "resources": {"nvidia.com/gpu": 8}}]})
+    pods = [p for p in by_kind(objs, "Pod") if p["metadata"]["name"].startswith("ddp-")]
+    assert [bool(p["spec"].get("nodeName")) for p in pods] == [True, True, False]
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running", "Pending"]
+    condition = next(c for c in pods[2]["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert condition["message"].startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")

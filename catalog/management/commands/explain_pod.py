@@ -2,6 +2,11 @@
 
     python manage.py explain_pod --pod pod.yaml --nodes cluster.json [--pods pods.json] [--format json|text]
     python manage.py explain_pod --pod pod.yaml --cluster prod-east
+    python manage.py explain_pod --gang [--replicas N] [--topology KEY] --pod job.yaml --nodes cluster.json
+
+`--gang`: can all the pods of the workload start at once (a Job's parallelism, a JobSet, a training job's replicas,
+a Pod repeated --replicas times, or several Pods; docs/feasibility.md, "Gangs")? `--topology` keeps them within
+one value of a node label (e.g. nvidia.com/gpu.clique).
 
 `--pod` holds the Pod (or a Job/Deployment/StatefulSet/ReplicaSet/CronJob, whose pod template is used) and may
 carry the ResourceClaims and ResourceClaimTemplates submitted with it. `--nodes`/`--pods` are JSON or YAML files
@@ -28,8 +33,10 @@ from catalog.feasibility import (
     snapshot_from_objects,
     split_pod_manifest,
 )
+from catalog.feasibility.gang import explain_gang, gang_pods
 from catalog.feasibility.manifests import group_by_kind
 from catalog.management.commands._inventory import require_inventory
+from inventory.k8s.semantics import is_qualified_name
 
 MAX_TEXT_NODES = 20
 
@@ -44,8 +51,16 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", help="Inventory cluster name (used when --nodes is not given).")
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--all-nodes", action="store_true", help="Text format: list every node, not 20.")
+        parser.add_argument("--gang", action="store_true", help="Can all pods of the workload start at once?")
+        parser.add_argument("--replicas", type=int, help="--gang with one Pod: this many identical pods.")
+        parser.add_argument("--topology", default="", help="--gang: a node label all pods must share a value of.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["gang"]:
+            self._gang(options)
+            return
+        if options["replicas"] is not None or options["topology"]:
+            raise CommandError("--replicas and --topology go with --gang")
         try:
             pod, claims, templates, manifest_notes = split_pod_manifest(load_objects(Path(options["pod"])))
         except ManifestError as exc:
@@ -57,6 +72,31 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(explanation.as_json(), indent=2))
         else:
             self.stdout.write(self._text(explanation, everything=options["all_nodes"]))
+
+    def _gang(self, options: dict[str, Any]) -> None:
+        if options["topology"] and not is_qualified_name(options["topology"]):
+            raise CommandError(f"--topology: {options['topology'][:80]!r} is not a label key")
+        try:
+            pods, claims, templates, notes = gang_pods(load_objects(Path(options["pod"])),
+                                                       replicas=options["replicas"])
+        except ManifestError as exc:
+            raise CommandError(f"--pod: {exc}") from None
+        gang = explain_gang(pods, self._snapshot(options), extra_claims=claims, extra_claim_templates=templates,
+                            topology=options["topology"])
+        gang.notes[:0] = notes
+        if options["format"] == "json":
+            self.stdout.write(json.dumps(gang.as_json(), indent=2))
+            return
+        lines = [gang.message, ""]
+        lines += [f"{pod} -> {node}" for pod, node in gang.placements[:MAX_TEXT_NODES]]
+        if gang.failure is not None:
+            lines += ["", f"{gang.first_failure}:"] + [
+                f"  {node.name}: {'; '.join(node.reasons)}  [{node.plugin}]"
+                for node in [n for n in gang.failure.nodes if not n.fits][:MAX_TEXT_NODES]]
+        for title, items in (("hints", gang.hints), ("notes", gang.notes)):
+            if items:
+                lines += ["", f"{title}:"] + [f"  - {item}" for item in items]
+        self.stdout.write("\n".join(lines))
 
     def _snapshot(self, options: dict[str, Any]) -> ClusterSnapshot:
         if options["nodes"]:

@@ -28,7 +28,7 @@ from django.db import DatabaseError
 from catalog.feasibility import ManifestError, load_objects, snapshot_from_objects
 from catalog.feasibility.manifests import group_by_kind
 from catalog.management.commands._inventory import require_inventory
-from catalog.services.manifests import snapshot_feasibility, validation_context
+from catalog.services.manifests import snapshot_feasibility, snapshot_gang_feasibility, validation_context
 from catalog.validation import (
     MAX_BYTES,
     Finding,
@@ -106,6 +106,7 @@ class Command(BaseCommand):
             resource_claim_templates=grouped.get("ResourceClaimTemplate", []),
         )
         context.feasibility = snapshot_feasibility(snapshot)
+        context.gang_feasibility = snapshot_gang_feasibility(snapshot)
         return context
 
     @staticmethod
