@@ -164,7 +164,7 @@ def _object_pods(obj: dict[str, Any], replicas: int | None) -> list[GangPod]:
 
 
 def gang_pods(objects: Sequence[dict[str, Any]], *, replicas: int | None = None
-              ) -> tuple[list[GangPod], list[dict], list[dict], list[str]]:
+              ) -> tuple[list[GangPod], list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """(pods, claims, claim templates, notes) from a manifest: a Job (parallelism, capped by completions), a
     JobSet, a training job with `*ReplicaSpecs`, a workload with `replicas`, a Pod repeated `replicas` times, or a
     list of Pods. ResourceClaim(Template)s beside them are returned apart; other kinds are ignored (noted)."""
@@ -188,7 +188,8 @@ def gang_pods(objects: Sequence[dict[str, Any]], *, replicas: int | None = None
                       if o not in workloads and o.get("kind") not in ("ResourceClaim", "ResourceClaimTemplate")})
     if ignored:
         notes.append(f"ignored objects of kind {', '.join(ignored)}")
-    claims, templates = [], []
+    claims: list[dict[str, Any]] = []
+    templates: list[dict[str, Any]] = []
     for obj in objects:
         if obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
             obj = dict(obj)
@@ -272,7 +273,7 @@ class _Shape:
 
 
 class _Gang:
-    def __init__(self, snapshot: ClusterSnapshot, claims: Sequence[dict], templates: Sequence[dict],
+    def __init__(self, snapshot: ClusterSnapshot, claims: Sequence[dict[str, Any]], templates: Sequence[dict[str, Any]],
                  viewer: Viewer) -> None:
         self.state = fork(snapshot)
         self.claims, self.templates, self.viewer = claims, templates, viewer
@@ -304,7 +305,7 @@ class _Gang:
         if shape.seen < 0 or any(changed is None for changed in self.dirty[shape.seen:]):
             names: Sequence[str] = self.state.node_names
         else:
-            names = sorted(set().union(*self.dirty[shape.seen:])) if self.dirty[shape.seen:] else []
+            names = sorted(set().union(*(changed for changed in self.dirty[shape.seen:] if changed is not None)))
         if names:
             shape.results.update(_evaluate(self.state, shape.ctx, names, shape.allowed, Budget()))
         shape.seen = len(self.dirty)
@@ -439,8 +440,8 @@ def _message(total: int, placed: int, gang: GangExplanation) -> str:
             f"{placed} before it: {failure}") if placed else f"no pod of the gang fits: {failure}"
 
 
-def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict],
-              templates: Sequence[dict], viewer: Viewer, *, explain: bool = True) -> GangExplanation:
+def _simulate(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict[str, Any]],
+              templates: Sequence[dict[str, Any]], viewer: Viewer, *, explain: bool = True) -> GangExplanation:
     """Place the pods in order on a fork of `snapshot` (its `node_names` are the nodes the gang may use). Without
     `explain`, only the placements are computed (no explanation of the first failure, no hints)."""
     gang = _Gang(snapshot, list(claims), list(templates), viewer)
@@ -506,8 +507,8 @@ def required_topology(pods: Sequence[GangPod]) -> str:
     return ""
 
 
-def _fitting_anywhere(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict],
-                      templates: Sequence[dict], viewer: Viewer) -> set[str]:
+def _fitting_anywhere(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, claims: Sequence[dict[str, Any]],
+                      templates: Sequence[dict[str, Any]], viewer: Viewer) -> set[str]:
     """The nodes where some pod of the gang fits on the snapshot as it is (each distinct pod shape filtered once)."""
     gang = _Gang(snapshot, list(claims), list(templates), viewer)
     found: set[str] = set()
@@ -534,8 +535,8 @@ def _domain_view(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot
     return view
 
 
-def _in_domains(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, topology: str, claims: Sequence[dict],
-                templates: Sequence[dict], viewer: Viewer) -> GangExplanation:
+def _in_domains(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, topology: str, claims: Sequence[dict[str, Any]],
+                templates: Sequence[dict[str, Any]], viewer: Viewer) -> GangExplanation:
     """All pods within one value of the `topology` node label (zone, rack, NVLink clique): the gang is simulated
     in each domain; the tightest domain that holds it wins, else the closest one is explained."""
     domains: dict[str, list[str]] = {}
@@ -585,8 +586,8 @@ def explain_gang(
     pods: Sequence[GangPod] | Sequence[dict[str, Any]],
     snapshot: ClusterSnapshot,
     *,
-    extra_claims: Sequence[dict] = (),
-    extra_claim_templates: Sequence[dict] = (),
+    extra_claims: Sequence[dict[str, Any]] = (),
+    extra_claim_templates: Sequence[dict[str, Any]] = (),
     viewer: Viewer = EVERYONE,
     topology: str = "",
 ) -> GangExplanation:

@@ -157,7 +157,9 @@ def snapshot_gang_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSn
     def run(pod: dict[str, Any], count: int, claims: list[dict[str, Any]]) -> list[Finding]:
         current = snapshot() if callable(snapshot) else snapshot
         pods, _, _, _ = gang_pods([pod], replicas=count)
-        return gang_findings(explain_gang(pods, current, viewer=viewer, **_split_claims(claims)))
+        split = _split_claims(claims)
+        return gang_findings(explain_gang(pods, current, viewer=viewer, extra_claims=split["extra_claims"],
+                                          extra_claim_templates=split["extra_claim_templates"]))
 
     return run
 
