@@ -20,6 +20,7 @@ from inventory.models.synced import (
     ResourceClaimTemplate,
     ResourceQuota,
     ResourceSlice,
+    SyncIncident,
     SyncIssue,
     SyncState,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "ResourceClaimTemplate",
     "ResourceQuota",
     "ResourceSlice",
+    "SyncIncident",
     "SyncIssue",
     "SyncState",
 ]

@@ -261,6 +261,11 @@ PORTAL_FEASIBILITY_SNAPSHOT_SECONDS = env.float("PORTAL_FEASIBILITY_SNAPSHOT_SEC
 PORTAL_WATCH_WINDOW_SECONDS = env.int("PORTAL_WATCH_WINDOW_SECONDS", default=120)
 PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=30)
 PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
+# Safety net: every (cluster, kind) is listed in full again about this often (each kind staggered between 0.75x and
+# 1.25x) even when its watch looks healthy; 0 = never. Anything the watch missed is tombstoned or corrected.
+PORTAL_SYNC_RELIST_SECONDS = env.int("PORTAL_SYNC_RELIST_SECONDS", default=6 * 3600)
+# A kind whose watcher has applied no event or bookmark for this long is shown as stale (no live watcher).
+PORTAL_SYNC_STALE_SECONDS = env.int("PORTAL_SYNC_STALE_SECONDS", default=180)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
 
