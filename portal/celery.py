@@ -4,7 +4,10 @@ import os
 
 from celery import Celery
 
+from portal.broker import transport_register
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
+transport_register()  # Redis outages and FLUSHes must not end a worker (portal/broker.py)
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
