@@ -12,3 +12,4 @@ transport_register()  # Redis outages and FLUSHes must not end a worker (portal/
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.conf.imports = (*app.conf.imports, "portal.heartbeat")  # the worker's own heartbeat (liveness probe)

@@ -4,6 +4,7 @@ A missing secret crashes at import time (fail fast); `portal.settings.demo` and 
 embedded defaults before importing this module.
 """
 
+import tempfile
 from pathlib import Path
 
 import environ
@@ -216,6 +217,14 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {"inventory.watch_window": {"queue": "watch"},
                       "integrations.webhook_deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Every worker also consumes its own direct queue: its heartbeat task goes there (portal/heartbeat.py).
+CELERY_WORKER_DIRECT = True
+# Watch windows keep running through a broker outage (they need only their lease and the cluster); cancelling them
+# would restart every watcher for a blip.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+PORTAL_WORKER_HEARTBEAT_SECONDS = env.float("PORTAL_WORKER_HEARTBEAT_SECONDS", default=30.0)  # 0 = no heartbeat
+PORTAL_WORKER_HEARTBEAT_DIR = env("PORTAL_WORKER_HEARTBEAT_DIR",
+                                  default=str(Path(tempfile.gettempdir()) / "portal-heartbeat"))
 CELERY_BEAT_SCHEDULE = {
     "inventory-watchers-ensure": {
         "task": "inventory.watchers_ensure",

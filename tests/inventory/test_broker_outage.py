@@ -7,9 +7,14 @@ back within 30 s of the fault's end, and the database must then equal the cluste
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -98,3 +103,35 @@ def test_a_channel_closed_after_its_connection_detached(transport: str, clean_re
         return
     channel.close()
     assert clean_redis.hlen("unacked") == 1  # not lost: restore_visible puts it back after the visibility timeout
+
+
+def test_heartbeat_probe_fails_once_the_worker_stops_consuming(
+    cluster: Cluster, spawn: Callable[..., subprocess.Popen[bytes]], tmp_path: Path,
+) -> None:
+    """The worker sends itself a heartbeat task every second; the probe passes while it runs them and fails once it
+    no longer does (frozen here with SIGSTOP), then passes again when it consumes again."""
+    beats = tmp_path / "heartbeats"
+    worker = spawn("worker", "hb", env={"PORTAL_WORKER_HEARTBEAT_SECONDS": "1",
+                                        "PORTAL_WORKER_HEARTBEAT_DIR": str(beats)})
+    node = f"hb@{socket.gethostname()}"
+
+    def probe() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "portal.worker_probe", node, "--max-age", "4"], text=True,
+                              capture_output=True, env={**os.environ, "PORTAL_WORKER_HEARTBEAT_DIR": str(beats)},
+                              timeout=30)
+
+    def until_probe(code: int, timeout: float) -> subprocess.CompletedProcess[str]:
+        end = time.monotonic() + timeout
+        while (result := probe()).returncode != code:
+            assert time.monotonic() < end, f"probe still {result.returncode}: {result.stderr}"
+            time.sleep(0.5)
+        return result
+
+    assert "no heartbeat yet" in until_probe(1, 5).stderr
+    until_probe(0, 60)
+    os.killpg(worker.pid, signal.SIGSTOP)
+    try:
+        assert "last heartbeat" in until_probe(1, 15).stderr
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
+    until_probe(0, 30)
