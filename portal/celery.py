@@ -9,7 +9,7 @@ from portal.broker import transport_register
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
 transport_register()  # Redis outages and FLUSHes must not end a worker (portal/broker.py)
 
-app = Celery("portal")
+app = Celery("portal", amqp="portal.broker:AMQP")  # quick reconnects (portal/broker.py)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.conf.imports = (*app.conf.imports, "portal.heartbeat")  # the worker's own heartbeat (liveness probe)

@@ -121,6 +121,23 @@ def _diff_examples(sim: Simulator, cluster: Cluster, diff: dict[str, Any], per_k
     return out
 
 
+def watchers_back(cluster: Cluster, since: Any, what: str, *, timeout: float = 30.0,
+                  evidence: Callable[[], str] = str) -> float:
+    """Seconds until every kind's watcher applied an event or bookmark after `since` (the simulator bookmarks every
+    second, so a live watcher shows at once); fails naming the kinds still silent, plus `evidence()`."""
+    from inventory.models import SyncState
+
+    started = time.monotonic()
+    silent: list[str] = []
+    while time.monotonic() - started < timeout:
+        fresh = set(SyncState.objects.filter(cluster=cluster, last_event_at__gt=since).values_list("kind", flat=True))
+        silent = [kind for kind in SYNCED_KINDS if kind not in fresh]
+        if not silent:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: watchers of {silent} not back within {timeout:.0f} s\n{evidence()}")
+
+
 class Watchers:
     """One thread per kind running successive bounded windows under a lease, like the Celery tasks do."""
 
@@ -178,7 +195,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def spawn(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start real Celery processes against the test database: `spawn("worker", name)` (watch + default queues on a
-    thread pool) or `spawn("beat", name)`, with short windows and leases; `env=` overrides (e.g. a proxied REDIS_URL).
+    thread pool; `pool=` other queue and pool options) or `spawn("beat", name)`, with short windows and leases; `env=`
+    overrides (e.g. a proxied REDIS_URL).
     At the end every process is stopped and its log must show no unrecoverable error (nor a traceback, unless the
     test set `spawn.outages = True`: connection errors during an outage are logged with theirs)."""
     db = connection.settings_dict
@@ -195,11 +213,11 @@ def spawn(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., subprocess
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
 
-    def start(role: str, name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(role: str, name: str, env: dict[str, str] | None = None,
+              pool: tuple[str, ...] = ("-Q", "watch,default", "-P", "threads", "-c", "12")) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "celery", "-A", "portal"]
         if role == "worker":
-            cmd += ["worker", "-Q", "watch,default", "-P", "threads", "-c", "12", "-n", f"{name}@%h",
-                    "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+            cmd += ["worker", *pool, "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
         else:
             cmd += ["beat", "--loglevel", "INFO", "-s", str(tmp_path / f"{name}-schedule")]
         log = tmp_path / f"{name}.log"

@@ -6,7 +6,6 @@ back within 30 s of the fault's end, and the database must then equal the cluste
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import signal
 import socket
@@ -22,10 +21,9 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from inventory.kinds import SYNCED_KINDS
-from inventory.models import Cluster, SyncState
+from inventory.models import Cluster
 from kubesim import Simulator
-from tests.inventory.conftest import TcpProxy, assert_converged
+from tests.inventory.conftest import TcpProxy, assert_converged, watchers_back
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -38,20 +36,6 @@ def redis_proxy() -> Iterator[TcpProxy]:
     proxy.close()
 
 
-def watchers_back(cluster: Cluster, since: dt.datetime, timeout: float) -> float:
-    """Seconds until every kind has applied an event or bookmark after `since` (the simulator bookmarks every
-    second, so a live watcher shows up at once); fails with the kinds still silent."""
-    started = time.monotonic()
-    silent: list[str] = list(SYNCED_KINDS)
-    while time.monotonic() - started < timeout:
-        fresh = set(SyncState.objects.filter(cluster=cluster, last_event_at__gt=since).values_list("kind", flat=True))
-        silent = [kind for kind in SYNCED_KINDS if kind not in fresh]
-        if not silent:
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise AssertionError(f"watchers not back {timeout}s after the fault: {silent}")
-
-
 def test_worker_and_beat_ride_out_a_redis_outage_and_a_flush(
     sim: Simulator, cluster: Cluster, spawn: Callable[..., subprocess.Popen[bytes]], redis_proxy: TcpProxy,
     clean_redis: redis.Redis,
@@ -62,17 +46,17 @@ def test_worker_and_beat_ride_out_a_redis_outage_and_a_flush(
     worker = spawn("worker", "w1", env=env)
     beat = spawn("beat", "beat", env=env)
     sim.churn.start(rate_per_second=20, seed=3)
-    watchers_back(cluster, timezone.now(), timeout=60)
+    watchers_back(cluster, timezone.now(), "start", timeout=60)
 
     redis_proxy.cut()
     time.sleep(20)
     redis_proxy.heal()
-    outage = watchers_back(cluster, timezone.now(), timeout=30)
+    outage = watchers_back(cluster, timezone.now(), "Redis outage")
     assert worker.poll() is None, "the worker exited during the Redis outage"
     assert beat.poll() is None, "beat exited during the Redis outage"
 
     clean_redis.flushdb()  # leases, fencing counters, enqueue markers, queued and unacked messages: all gone
-    flush = watchers_back(cluster, timezone.now(), timeout=30)
+    flush = watchers_back(cluster, timezone.now(), "Redis FLUSH")
     assert worker.poll() is None, "the worker exited after the FLUSH"
 
     sim.churn.stop()
@@ -82,27 +66,31 @@ def test_worker_and_beat_ride_out_a_redis_outage_and_a_flush(
 
 
 @pytest.mark.parametrize("transport", ["kombu.transport.redis:Transport", "portal.broker:Transport"])
-def test_a_channel_closed_after_its_connection_detached(transport: str, clean_redis: redis.Redis) -> None:
-    """The sequence celery's consumer runs when Redis goes away: `Connection.collect()` detaches the transport
-    (`transport.client = None`), then the task consumer's channel is closed and restores its delivered, unacked
-    messages. kombu 5.7's transport raises AttributeError there (the worker's "Unrecoverable error"); ours keeps the
-    message in Redis's unacked index, from where the visibility timeout redelivers it."""
+def test_a_channel_used_after_its_connection_detached(transport: str, clean_redis: redis.Redis) -> None:
+    """What celery's consumer does when Redis goes away: `Connection.collect()` detaches the transport
+    (`transport.client = None`); later a task finishing acknowledges its message on the old channel, and the channel
+    is closed, restoring its delivered, unacked messages. kombu 5.7's transport raises AttributeError for both (the
+    worker's "Unrecoverable error"); ours raises a connection error for the ack (celery logs it and carries on) and
+    leaves the messages in Redis's unacked index, from where the visibility timeout redelivers them."""
     from kombu import Connection, Producer, Queue
 
     queue = Queue("portal-test-restore", routing_key="portal-test-restore")
     connection = Connection(settings.REDIS_URL, transport=transport)
     channel = connection.channel()
-    Producer(channel).publish({"n": 1}, routing_key=queue.name, declare=[queue])
-    message = queue(channel).get(no_ack=False)
-    assert message is not None
-    assert message.payload == {"n": 1}
+    for n in (1, 2):
+        Producer(channel).publish({"n": n}, routing_key=queue.name, declare=[queue])
+    finished, running = queue(channel).get(no_ack=False), queue(channel).get(no_ack=False)
+    assert finished is not None
+    assert running is not None
     connection._do_close_transport()  # what collect() does after losing the broker
     if transport.startswith("kombu."):
         with pytest.raises(AttributeError, match="hostname"):
             channel.close()
         return
     channel.close()
-    assert clean_redis.hlen("unacked") == 1  # not lost: restore_visible puts it back after the visibility timeout
+    assert clean_redis.hlen("unacked") == 2  # not lost: restore_visible puts them back after the visibility timeout
+    with pytest.raises(connection.connection_errors):  # a task finishing now: celery logs "Couldn't ack"
+        finished.ack()
 
 
 def test_heartbeat_probe_fails_once_the_worker_stops_consuming(
@@ -135,3 +123,28 @@ def test_heartbeat_probe_fails_once_the_worker_stops_consuming(
     finally:
         os.killpg(worker.pid, signal.SIGCONT)
     until_probe(0, 30)
+
+
+def test_the_broker_connection_is_retried_every_few_seconds(redis_proxy: TcpProxy) -> None:
+    """Celery's consumer reconnects through the app's Connection: every 1, 2, … at most 5 s (portal/broker.py), so
+    a worker is back within ~5 s of Redis rather than up to 30 s later."""
+    import threading
+
+    from portal.celery import app
+
+    db = urlsplit(settings.REDIS_URL).path
+    connection = app.connection_for_write(url=redis_proxy.url("redis://127.0.0.1:{port}" + db))
+    intervals: list[float] = []
+    redis_proxy.cut()
+    healed = threading.Timer(8, redis_proxy.heal)
+    healed.start()
+    started = time.monotonic()
+    try:
+        connection.ensure_connection(lambda exc, interval: intervals.append(interval), 30)
+        back = time.monotonic() - started
+    finally:
+        healed.cancel()
+        connection.release()
+    assert intervals
+    assert max(intervals) <= 5
+    assert back < 8 + 6
