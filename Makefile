@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck prereqs venv lint check migrate worker beat run bench bench-load clean audit
+.PHONY: demo test test-fast typecheck prereqs venv lint check migrate worker beat run bench bench-load clean audit
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP) prereqs typecheck
 	  echo "make test: continuing WITHOUT a dependency audit (the advisory service is unreachable; not a pass)" >&2 \
 	  || exit $$status; }
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast lane: everything but the chaos test (tests/inventory/test_chaos.py, ~2 minutes of faults; `make test` runs it).
+test-fast: $(STAMP) prereqs
+	$(PY) -m pytest -m "not chaos" $(PYTEST_ARGS)
 
 prereqs:
 	@scripts/test-prereqs

@@ -3,6 +3,7 @@ retirement of deprecated offerings on their date, and discovery. Thin wrappers a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -51,12 +52,22 @@ def capacity_refresh_delay(cluster_id: int) -> float:
 
 
 def capacity_refresh_soon(cluster_id: int) -> None:
-    """Enqueue one recomputation per cluster per debounce window, however many sync batches arrive meanwhile."""
-    delay = capacity_refresh_delay(cluster_id)
-    if not cache.add(f"catalog:capacity-refresh:{cluster_id}", "1", timeout=int(delay * 4 + 30)):
+    """Enqueue one recomputation per cluster per debounce window, however many sync batches arrive meanwhile.
+
+    Runs after a sync batch commits: a cache or broker outage (Redis down or flushed) is logged and skipped, never
+    raised into the watcher; beat's periodic refresh catches up."""
+    key = f"catalog:capacity-refresh:{cluster_id}"
+    try:
+        delay = capacity_refresh_delay(cluster_id)
+        if not cache.add(key, "1", timeout=int(delay * 4 + 30)):
+            return
+    except Exception as exc:  # noqa: BLE001 - the cache backend's connection errors are not one class
+        logger.warning("capacity refresh for cluster %s skipped: cache unavailable (%s)", cluster_id,
+                       type(exc).__name__)
         return
     try:
         capacity_refresh_task.apply_async((cluster_id,), countdown=delay)
     except Exception:  # a broker outage must never break the sync that triggered us; beat catches up
-        cache.delete(f"catalog:capacity-refresh:{cluster_id}")
+        with contextlib.suppress(Exception):
+            cache.delete(key)
         logger.warning("could not enqueue capacity refresh for cluster %s", cluster_id, exc_info=True)

@@ -34,6 +34,12 @@ class ResourceExpiredError(ClusterError):
     """HTTP 410 Gone: the resourceVersion or continue token was compacted; relist from scratch."""
 
 
+class HistoryRewoundError(ResourceExpiredError):
+    """The server's history is behind what we saved: it answered "Too large resource version" (504 Timeout, cause
+    ResourceVersionTooLarge) or sent a resourceVersion lower than the one we watch from. Its etcd was restored or the
+    cluster rebuilt behind the same endpoint: relist from scratch and record an incident."""
+
+
 class ClusterConfigError(ClusterError):
     """The cluster's connection settings are unusable (bad kubeconfig, unknown context)."""
 

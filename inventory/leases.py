@@ -8,15 +8,17 @@ that wrote in SyncState.fence under a row lock, so a stalled watcher whose lease
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -74,6 +76,31 @@ class Lease:
             self.next_renew = time.monotonic() + self.renew_every
         if not self.valid():
             raise LeaseLostError(f"sync state {self.state_id}: lease expired or taken over (token {self.token})")
+
+    @contextmanager
+    def renewing(self) -> Iterator[None]:
+        """Keep the lease renewed from a heartbeat thread while one long step runs (waiting for the cluster's
+        change lock, tombstoning and deriving after a big listing), where `keep()` cannot be called. The thread renews
+        only this token's lease; the fencing token still guards every write, so a lease lost meanwhile (renewal
+        refused) stops the heartbeat and the next `keep()` raises LeaseLostError as usual."""
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            try:
+                while not stop.wait(self.renew_every):
+                    if not self.renew():
+                        return
+            finally:
+                connection.close()  # the database backend renews over this thread's own connection
+
+        thread = threading.Thread(target=heartbeat, name=f"lease-{self.state_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.next_renew = time.monotonic()  # renew at the next keep(): the heartbeat's last one may be old
 
     def renew(self) -> bool:
         started = time.monotonic()

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
@@ -43,6 +44,17 @@ class KindSyncRow:
         return max(stamps, default=None)
 
     @property
+    def stale(self) -> bool:
+        """No watcher has applied an event or bookmark, or finished a step, for longer than PORTAL_SYNC_STALE_SECONDS
+        (a listing counts from its start): the rows of this kind may no longer be current. A kind the cluster does not
+        serve has no rows to be current about (its sleeping watcher re-reads discovery instead)."""
+        if self.state is None or self.state.phase == SyncState.Phase.UNSERVED:
+            return False
+        stamps = [s for s in (self.last_activity_at, self.state.last_list_started_at) if s is not None]
+        last = max(stamps, default=None)
+        return last is not None and (timezone.now() - last).total_seconds() > settings.PORTAL_SYNC_STALE_SECONDS
+
+    @property
     def lag_seconds(self) -> int | None:
         """Seconds since the last applied watch event or successful sync step."""
         last = self.last_activity_at
@@ -57,6 +69,10 @@ class ClusterSync:
     @property
     def listing(self) -> bool:
         return any(row.listing for row in self.rows)
+
+    @property
+    def stale_rows(self) -> list[KindSyncRow]:
+        return [row for row in self.rows if row.stale] if self.cluster.sync_enabled else []
 
 
 def _object_counts(cluster_ids: list[int]) -> dict[tuple[int, str], tuple[int, int]]:

@@ -19,7 +19,12 @@ from inventory.kinds import SYNCED_KINDS
 from inventory.leases import lease_backend
 from inventory.models import Cluster, SyncState
 from inventory.services.clients import client_for
-from inventory.services.sync import kind_sync_window, sync_state_error_record, sync_state_for
+from inventory.services.sync import (
+    kind_sync_window,
+    sync_lease_lost_record,
+    sync_state_error_record,
+    sync_state_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ def watch_window_task(cluster_id: int, kind: str) -> str:
     except LeaseLostError as exc:
         handover = False  # whoever holds it now carries on; beat covers the case where nobody does
         outcome = f"lease lost: {exc}"
+        sync_lease_lost_record(cluster_id=cluster_id, kind=kind, state_id=state.pk, message=str(exc))
     except ClusterConfigError as exc:
         handover = False  # permanent until an admin fixes the cluster; beat retries
         sync_state_error_record(state.pk, str(exc))

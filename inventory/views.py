@@ -14,7 +14,7 @@ from django_filters.views import FilterView
 from django_htmx.http import HttpResponseStopPolling
 
 from inventory.filtersets import NodeFilterSet
-from inventory.models import Cluster, Node, SyncIssue
+from inventory.models import Cluster, Node, SyncIncident, SyncIssue
 from inventory.redaction import holder_rule
 from inventory.selectors import cluster_capabilities, cluster_sync_overview, node_pods, node_resources
 
@@ -60,6 +60,7 @@ class ClusterDetailView(LoginRequiredMixin, DetailView):
         context["sync"] = cluster_sync_overview(clusters=[self.object])[0]
         context["capabilities"] = cluster_capabilities(self.object)
         context["issues"] = SyncIssue.objects.filter(cluster=self.object)[:RECENT_ISSUES]
+        context["incidents"] = SyncIncident.objects.filter(cluster=self.object)[:RECENT_ISSUES]
         return context
 
 

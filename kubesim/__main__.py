@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import signal
 import sys
 import threading
 
 from .apis import PROFILES
-from .server import Simulator
+from .server import CONTROL_RESTORE, Simulator
+
+
+def _restore(host: str, port: int) -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        conn.request("POST", CONTROL_RESTORE)
+        response = conn.getresponse()
+        body = response.read().decode(errors="replace")
+    except OSError as exc:
+        sys.stderr.write(f"kubesim: cannot reach http://{host}:{port}: {exc}\n")
+        return 1
+    finally:
+        conn.close()
+    sys.stdout.write(body + "\n")
+    return 0 if response.status == 200 else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-kubeconfig", metavar="PATH", default=None)
     parser.add_argument("--churn", type=float, default=0.0, metavar="RATE", help="changes per second (0 = off)")
     parser.add_argument("--history-limit", type=int, default=100_000)
+    parser.add_argument(
+        "--restore", action="store_true",
+        help="do not serve: tell the simulator at --host/--port to simulate an etcd restore (store and resourceVersion "
+        "counter start over from its scenario, objects get new uids) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.restore:
+        return _restore(args.host, args.port)
 
     sim = Simulator(
         scenario=args.scenario, host=args.host, port=args.port, seed=args.seed, history_limit=args.history_limit,

@@ -60,6 +60,12 @@ class Churn:
             self._thread.join(timeout=5)
         self._thread = None
 
+    def forget(self) -> None:
+        """Drop what churn remembers about objects (the store was reset under it)."""
+        self._pending_pods.clear()
+        self._lowered.clear()
+        self._tainted.clear()
+
     def _run(self, interval: float) -> None:
         # Paced by absolute deadlines so the achieved rate matches the requested one despite the step's own time.
         next_at = time.monotonic() + interval

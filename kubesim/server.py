@@ -35,6 +35,7 @@ PATCH_TYPES = {
     "application/apply-patch+cbor": "unsupported",
 }
 PROTOBUF_KINDS = ("Namespace", "ConfigMap")
+CONTROL_RESTORE = "/kubesim/restore"  # not a Kubernetes path: the simulator's own control endpoint
 
 
 class _Route:
@@ -295,6 +296,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             parts = [p for p in url.path.split("/") if p]
             body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
+            if url.path == CONTROL_RESTORE:
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", "POST to restore")
+                count = self.sim.restore(keep=self)
+                rv = self.sim.store.resource_version
+                self._send_json(200, {"restored": count, "resourceVersion": str(rv)})
+                return
             if method == "GET" and self._discovery(url.path.rstrip("/") or "/"):
                 return
             route = self._route(parts)
@@ -592,6 +600,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             field_selector=q.get("fieldSelector"),
             limit=max(limit, 0),
             continue_token=q.get("continue") or None,
+            resource_version=q.get("resourceVersion") or None,
         )
         meta: dict = {"resourceVersion": str(list_rv)}
         if cont:
@@ -639,7 +648,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             try:
                 watcher, backlog = store.watch(r.rt.plural, rv)
             except ApiError as e:
-                if e.code != 410:
+                if e.code not in (410, 504):  # after the request was accepted: an ERROR event, like the cacher
                     raise
                 expired = e
         self.send_response(200)
@@ -773,7 +782,10 @@ class Simulator:
         self._conn_lock = threading.Lock()
         self._conns: set[Handler] = set()
         self._watches: set[Handler] = set()
-        self.store.load([o for o in self._load_objects(scenario, seed) if res.storage_group_served(self.api, o)])
+        objects = self._load_objects(scenario, seed)
+        # The store takes ownership of (and rewrites) what it loads: keep an inline scenario's objects for restore().
+        self._inline = orjson.dumps(objects) if not isinstance(scenario, str | None) else None
+        self.store.load([o for o in objects if res.storage_group_served(self.api, o)])
         self.quota.scoped_usage()
 
     def serve_api(self, name: str) -> None:
@@ -848,6 +860,32 @@ class Simulator:
             except OSError:
                 time.sleep(0.1)
         return self.start()
+
+    def restore(self, scenario=None, *, keep: Handler | None = None) -> int:
+        """A simulated etcd restore (or a cluster rebuilt behind the same endpoint): every connection but `keep` is
+        dropped, and the store starts over from the scenario with its resourceVersion counter reset and new uids, so
+        resourceVersions a client saved are now ahead of the server. Returns how many objects were loaded."""
+        if scenario is None and self._inline is not None:
+            objects = orjson.loads(self._inline)
+        else:
+            objects = self._load_objects(self.scenario if scenario is None else scenario, self.seed)
+        for obj in objects:
+            meta = obj.get("metadata")
+            if isinstance(meta, dict):
+                for stamp in ("uid", "resourceVersion", "creationTimestamp"):
+                    meta.pop(stamp, None)
+        with self.store.lock:
+            self.store.reset()
+            self.churn.forget()
+            count = self.store.load([o for o in objects if res.storage_group_served(self.api, o)])
+            self.quota.scoped_usage()
+        with self._conn_lock:
+            conns = [h for h in self._conns if h is not keep]
+        for h in conns:
+            h.dropped = True
+            with contextlib.suppress(OSError):
+                h.connection.shutdown(socket.SHUT_RDWR)
+        return count
 
     def __enter__(self) -> Simulator:
         return self.start()

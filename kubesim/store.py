@@ -105,6 +105,31 @@ def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
+TOO_LARGE_CAUSE = "Too large resource version"
+
+
+def too_large(requested: int, current: int) -> ApiError:
+    """What the API server answers a list or watch from a resourceVersion it has not reached (the apiserver's
+    storage.NewTooLargeResourceVersionError: apierrors.NewTimeoutError with the ResourceVersionTooLarge cause); client-go's
+    reflector recognises it by that cause and relists from scratch."""
+    return ApiError(
+        504,
+        "Timeout",
+        f"Timeout: {TOO_LARGE_CAUSE}: {requested}, current: {current}",
+        {"causes": [{"reason": "ResourceVersionTooLarge", "message": TOO_LARGE_CAUSE}], "retryAfterSeconds": 1},
+    )
+
+
+def parse_rv(value: str) -> int:
+    try:
+        rv = int(value)
+    except ValueError as e:
+        raise ApiError(400, "BadRequest", f"invalid resource version: {value}") from e
+    if rv < 0:
+        raise ApiError(400, "BadRequest", f"invalid resource version: {value}")
+    return rv
+
+
 def now_ts() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -354,6 +379,27 @@ class Store:
     @property
     def compacted_rv(self) -> int:
         return self._compacted
+
+    def reset(self) -> None:
+        """Forget everything, the resourceVersion counter included (an etcd restore / rebuilt cluster); open watches
+        are stopped."""
+        with self.lock:
+            self.stop_watchers()
+            self._rv = 0
+            self._compacted = 0
+            self._data = {p: {} for p in RESOURCES}
+            self._sorted = dict.fromkeys(RESOURCES)
+            self._history.clear()
+            self._history_rvs.clear()
+            self._snapshots.clear()
+
+    def check_reached(self, resource_version: str | None) -> None:
+        """A list or watch "not older than" `resource_version`: refuse one this store has not reached yet."""
+        if not resource_version or resource_version == "0":
+            return
+        rv = parse_rv(resource_version)
+        if rv > self._rv:
+            raise too_large(rv, self._rv)
 
     @staticmethod
     def _rt(plural: str) -> ResourceType:
@@ -729,9 +775,13 @@ class Store:
         field_selector: str | None = None,
         limit: int = 0,
         continue_token: str | None = None,
+        resource_version: str | None = None,
     ) -> tuple[list[StoredObject], int, str | None, int | None]:
-        """Return (items, list_rv, continue, remainingItemCount)."""
+        """Return (items, list_rv, continue, remainingItemCount). A `resource_version` (without a continue token) is
+        "not older than": one ahead of the store is refused like the API server does."""
         self._rt(plural)
+        if not continue_token:
+            self.check_reached(resource_version)
         if continue_token:
             try:
                 tok = orjson.loads(base64.urlsafe_b64decode(continue_token.encode() + b"=="))
@@ -778,10 +828,8 @@ class Store:
             if not resource_version or resource_version == "0":
                 backlog = [("ADDED", so, None) for so in self.sorted_objects(plural)]
             else:
-                try:
-                    rv = int(resource_version)
-                except ValueError as e:
-                    raise ApiError(400, "BadRequest", f"invalid resource version: {resource_version}") from e
+                rv = parse_rv(resource_version)
+                self.check_reached(resource_version)
                 if rv < self._compacted:
                     raise expired(f"too old resource version: {rv} ({self._compacted + 1})")
                 i = bisect.bisect_right(self._history_rvs, rv)

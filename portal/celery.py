@@ -4,8 +4,12 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
+from portal.broker import transport_register
 
-app = Celery("portal")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
+transport_register()  # Redis outages and FLUSHes must not end a worker (portal/broker.py)
+
+app = Celery("portal", amqp="portal.broker:AMQP")  # quick reconnects (portal/broker.py)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.conf.imports = (*app.conf.imports, "portal.heartbeat")  # the worker's own heartbeat (liveness probe)

@@ -100,6 +100,16 @@ def test_kubeconfig_secrets_never_reach_the_logs(transactional_db: None, caplog:
     assert not Cluster.objects.filter(name="bad").exists()
 
 
+def _demo_child(demo_pid: int, role: str) -> int | None:
+    """The pid of the demo's Celery `role` (worker or beat) process, if one runs."""
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(demo_pid)], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if "celery" in args and f" {role} " in f"{args} ":
+            return int(pid)
+    return None
+
+
 @pytest.mark.slow
 def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
     """`manage.py demo` on embedded defaults (SQLite, filesystem broker): the node list shows the demo fleet."""
@@ -116,10 +126,10 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
         while True:
             assert demo.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
             try:
-                page = session.get(f"{base}/login/", timeout=2)
+                page = session.get(f"{base}/login/", timeout=5)
                 if page.status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or slow on a loaded machine
                 pass
             assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
             time.sleep(0.5)
@@ -139,6 +149,15 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
         assert "member" in nodes.text  # logged in as the demo user
         output = (tmp_path / "demo.log").read_text()
         assert "Logins (password 'demo')" in output
+        # a demo process that dies (the worker here, as a Redis outage once made it) is restarted
+        worker = _demo_child(demo.pid, "worker")
+        os.killpg(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _demo_child(demo.pid, "worker") in (None, worker):
+            assert demo.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the killed worker was not restarted"
+            time.sleep(0.5)
+        assert "exited (-9); restarting it" in (tmp_path / "demo.log").read_text()
     finally:
         os.killpg(demo.pid, signal.SIGINT)
         try:

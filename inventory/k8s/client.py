@@ -28,6 +28,7 @@ from inventory.errors import (
     ClusterConfigError,
     ClusterRequestError,
     ClusterUnreachableError,
+    HistoryRewoundError,
     ResourceExpiredError,
 )
 from inventory.k8s.discovery import DISCOVERED_GROUPS, ApiDiscovery
@@ -95,11 +96,27 @@ def _resource_names(doc: dict[str, Any]) -> list[str]:
     """Top-level resource names of an APIResourceList (subresources like `pods/status` left out)."""
     return sorted({str(r["name"]) for r in doc.get("resources") or []
                    if isinstance(r, dict) and isinstance(r.get("name"), str) and "/" not in r["name"]})
+TOO_LARGE_CAUSE = "Too large resource version"
+
+
+def _too_large_resource_version(status: dict[str, Any]) -> bool:
+    """client-go's isTooLargeResourceVersionError: the ResourceVersionTooLarge cause, or (API servers 1.17-1.18.5) a
+    Timeout whose cause or message says so."""
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    causes = [c for c in causes if isinstance(c, dict)] if isinstance(causes, list) else []
+    if any(c.get("reason") == "ResourceVersionTooLarge" for c in causes):
+        return True
+    if status.get("reason") != "Timeout" and status.get("code") != 504:
+        return False
+    return any(c.get("message") == TOO_LARGE_CAUSE for c in causes) or TOO_LARGE_CAUSE in str(status.get("message"))
 
 
 def _translate(exc: ApiException, what: str) -> Exception:
     status = exc.status or 0
     message = f"{what}: HTTP {status} {exc.reason or ''} {_status_message(exc.body)}".strip()
+    if status == 504 and _too_large_resource_version(_json_object(exc.body)):
+        return HistoryRewoundError(message)
     if status == 410:
         return ResourceExpiredError(message)
     if status == 429 or status >= 500 or status == 0:
@@ -163,6 +180,8 @@ class WatchStream:
         if event_type == "ERROR":
             code = obj.get("code")
             message = f"{self._what}: watch error {code}: {obj.get('message', '')}"
+            if _too_large_resource_version(obj):
+                return HistoryRewoundError(message)
             if code == 410:
                 return ResourceExpiredError(message)
             if isinstance(code, int) and (code == 429 or code >= 500):

@@ -21,6 +21,7 @@ from inventory.models.synced import (
     ResourceClaimTemplate,
     ResourceQuota,
     ResourceSlice,
+    SyncIncident,
     SyncIssue,
     SyncState,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "ResourceClaimTemplate",
     "ResourceQuota",
     "ResourceSlice",
+    "SyncIncident",
     "SyncIssue",
     "SyncState",
 ]

@@ -86,6 +86,7 @@ class SyncState(models.Model):
     last_success_at = models.DateTimeField(null=True, blank=True)
     events_applied = models.BigIntegerField(default=0)
     relists = models.IntegerField(default=0)
+    lease_losses = models.IntegerField(default=0, help_text="Windows that ended because their lease was lost.")
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     served_version = models.CharField(max_length=100, blank=True, help_text="apiVersion the kind is synced at.")
@@ -104,6 +105,28 @@ class SyncState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.kind}"
+
+
+class SyncIncident(models.Model):
+    """Something the sync of a (cluster, kind) lived through that an operator should see: the server's history went
+    back (an etcd restore), a lease lost mid-window, a safety-net relist that found the database had drifted."""
+
+    class Cause(models.TextChoices):
+        HISTORY_REWOUND = "history_rewound", "Server history went back"
+        LEASE_LOST = "lease_lost", "Lease lost"
+        RELIST_DRIFT = "relist_drift", "Periodic relist found drift"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sync_incidents")
+    kind = models.CharField(max_length=40)
+    cause = models.CharField(max_length=20, choices=Cause.choices)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.kind}: {self.cause}"
 
 
 class SyncIssue(models.Model):

@@ -964,7 +964,9 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
 
 
 def _announce(cluster_id: int) -> None:
-    transaction.on_commit(lambda: devices_changed.send(sender=Device, cluster_id=cluster_id))
+    """Tell listeners (the catalog's capacity refresh) after the commit. Robust: a listener's failure (Redis down) is
+    logged by Django and never propagates into the sync batch whose commit ran it, so it cannot end a watcher."""
+    transaction.on_commit(lambda: devices_changed.send(sender=Device, cluster_id=cluster_id), robust=True)
 
 
 def derive_cluster(*, cluster_id: int) -> None:

@@ -27,6 +27,7 @@ from inventory.errors import (
     ClusterError,
     ClusterRequestError,
     ClusterUnreachableError,
+    HistoryRewoundError,
     LeaseLostError,
     ResourceExpiredError,
 )
@@ -37,7 +38,7 @@ from inventory.k8s.discovery import RESOURCE_GROUP
 from inventory.k8s.types import KindRef, WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
-from inventory.models import KubeObject, SyncIssue, SyncState
+from inventory.models import KubeObject, SyncIncident, SyncIssue, SyncState
 from inventory.services.changes import change_feed_lock, nodes_tracked
 from inventory.services.derive import (
     SCOPE_COLUMNS,
@@ -94,6 +95,7 @@ class WindowResult:
     events: int = 0
     batches: int = 0
     relists: int = 0
+    rewinds: int = 0
     errors: list[str] = field(default_factory=list)
     resource_version: str = ""
 
@@ -228,7 +230,8 @@ def kind_list(
         page = client.list_page(ref, limit=page_size, continue_token=token)  # I/O outside any transaction
         rows, problems = _rows(model, cluster_id, kind, page.items, ref=ref, list_id=list_id, deleted_at=None)
         cmdb = cluster_id if _writes_cmdb(kind, derive=False) else None
-        with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), _nodes_tracked(kind, cluster_id, rows):
+        with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), \
+                _nodes_tracked(kind, cluster_id, rows):
             _upsert(model, rows, with_list_id=True)
             SyncIssue.objects.bulk_create(problems)
             result.count += len(rows)
@@ -248,7 +251,9 @@ def kind_list(
 
     now = timezone.now()
     cmdb = cluster_id if _writes_cmdb(kind, derive=derive) else None
-    with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
+    # Waiting for the cluster's change lock behind other kinds' derivations, tombstoning and deriving take seconds on a
+    # big cluster: longer than a lease unless renewed meanwhile.
+    with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         vanished = model.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).exclude(list_id=list_id)
         gone = list(vanished.only("name")) if kind == "nodes" else []
         with _nodes_tracked(kind, cluster_id, gone):
@@ -278,7 +283,7 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
     resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
     cmdb = cluster_id if _writes_cmdb(kind, derive=True) else None
-    with _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
+    with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         scope = Scope()
         if kind in SCOPE_COLUMNS and (live or gone):
             columns = SCOPE_COLUMNS[kind]
@@ -301,6 +306,15 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     return resource_version
 
 
+def sync_lease_lost_record(*, cluster_id: int, kind: str, state_id: int, message: str) -> None:
+    """Count a window that ended because its lease was lost, and show it as an incident; never raises."""
+    try:
+        SyncState.objects.filter(pk=state_id).update(lease_losses=F("lease_losses") + 1)
+    except DatabaseError:
+        logger.warning("could not count the lease loss of state %s", state_id)
+    sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.LEASE_LOST, detail=message)
+
+
 def sync_state_error_record(state_id: int, message: str) -> None:
     """Show a sync error on the (cluster, kind) state; never raises (the database may be the problem)."""
     try:
@@ -309,8 +323,44 @@ def sync_state_error_record(state_id: int, message: str) -> None:
         logger.warning("could not record sync error for state %s", state_id)
 
 
-def _saved_resource_version(state_id: int) -> str:
-    return SyncState.objects.values_list("resource_version", flat=True).get(pk=state_id)
+def sync_incident_record(*, cluster_id: int, kind: str, cause: str, detail: str) -> None:
+    """Record an incident for the cluster page (and the log); never raises (the database may be the problem)."""
+    logger.warning("sync incident %s/%s %s: %s", cluster_id, kind, cause, detail)
+    try:
+        SyncIncident.objects.create(cluster_id=cluster_id, kind=kind, cause=cause, detail=detail[:2000])
+    except DatabaseError:
+        logger.warning("could not record sync incident for %s/%s", cluster_id, kind)
+
+
+def _rv_number(resource_version: str) -> int | None:
+    """resourceVersions are opaque; compared only when both are plain numbers (every etcd-backed server's are)."""
+    return int(resource_version) if resource_version.isdigit() else None
+
+
+def _went_back(resource_version: str, since: str) -> bool:
+    now, before = _rv_number(resource_version), _rv_number(since)
+    return now is not None and before is not None and now < before
+
+
+def _history_check(events: list[WatchEvent], watched_from: str) -> None:
+    """Every event (bookmarks too) of a watch from `watched_from` is at or after it; one before it means the server's
+    history went back under an open watch (a server that accepted a resourceVersion it had not reached)."""
+    for event in events:
+        if _went_back(event.resource_version, watched_from):
+            raise HistoryRewoundError(
+                f"{event.type.lower()} at resourceVersion {event.resource_version} on a watch from {watched_from}"
+            )
+
+
+def relist_due(*, state_id: int, last_list_finished_at: Any, now: Any = None) -> bool:
+    """The periodic safety-net relist: due PORTAL_SYNC_RELIST_SECONDS after the last complete listing, scaled per
+    (cluster, kind) between 0.75x and 1.25x so the kinds of a cluster do not all relist at once."""
+    interval = settings.PORTAL_SYNC_RELIST_SECONDS
+    if not interval or last_list_finished_at is None:
+        return False
+    stagger = 0.75 + ((state_id * 2654435761) % 1000) / 2000
+    age = ((now or timezone.now()) - last_list_finished_at).total_seconds()
+    return bool(age >= interval * stagger)
 
 
 def kind_sync_window(
@@ -327,7 +377,9 @@ def kind_sync_window(
     Survives dropped connections, 5xx/429 storms (honouring Retry-After), 410 Gone (relist) and lost database
     connections by retrying within the window; returns when the window ends or raises LeaseLostError. Reads the kind at
     the version discovery chooses; a kind the cluster does not serve is recorded as such and the window sleeps,
-    re-reading discovery every PORTAL_UNSERVED_RECHECK_SECONDS; a 404 re-reads discovery at once.
+    re-reading discovery every PORTAL_UNSERVED_RECHECK_SECONDS; a 404 re-reads discovery at once. A server whose
+    history went back (Too large resource version, or a resourceVersion below the one watched from) is relisted and
+    recorded as a SyncIncident; so is a periodic safety-net relist (relist_due) that had to correct anything.
     """
     result = WindowResult(kind=kind)
     rediscover = False
@@ -341,6 +393,7 @@ def kind_sync_window(
             keep_lease()
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
+    seen = ""  # the newest resourceVersion this window saw from the server, to notice its history going back
     while time.monotonic() < deadline and not (stop and stop.is_set()):
         try:
             keep_lease()
@@ -350,11 +403,24 @@ def kind_sync_window(
                 pause(settings.PORTAL_UNSERVED_RECHECK_SECONDS)
                 rediscover = True
                 continue
-            resource_version = _saved_resource_version(lease.state_id)
-            if not resource_version:
+            resource_version, listed_at = SyncState.objects.values_list(
+                "resource_version", "last_list_finished_at").get(pk=lease.state_id)
+            periodic = bool(resource_version) and relist_due(state_id=lease.state_id, last_list_finished_at=listed_at)
+            if not resource_version or periodic:
+                seen = seen or resource_version
                 listing = kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease, ref=ref)
                 result.lists.append(listing)
                 resource_version = listing.resource_version
+                if _went_back(resource_version, seen):
+                    result.rewinds += 1
+                    sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.HISTORY_REWOUND,
+                                         detail=f"listed at resourceVersion {resource_version}, after {seen}; "
+                                         f"relisted, {listing.tombstoned} vanished objects tombstoned")
+                elif periodic and listing.tombstoned:
+                    sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.RELIST_DRIFT,
+                                         detail=f"the periodic relist tombstoned {listing.tombstoned} objects the "
+                                         "watch had not reported gone")
+            seen = resource_version
             remaining = max(1, int(deadline - time.monotonic()))
             with client.watch(ref, resource_version=resource_version, timeout_seconds=remaining) as stream:
                 while not (stop and stop.is_set()):
@@ -363,13 +429,22 @@ def kind_sync_window(
                         max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(deadline, lease.next_renew)
                     )
                     if events:
+                        _history_check(events, resource_version)
                         saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease, ref=ref)
                         result.events += sum(1 for e in events if e.type != "BOOKMARK")
                         result.batches += 1
                         result.resource_version = saved or result.resource_version
+                        seen = saved or seen
                     if ended or time.monotonic() >= deadline:
                         break
             backoff = 0.5
+        except HistoryRewoundError as exc:
+            result.relists += 1
+            result.rewinds += 1
+            sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.HISTORY_REWOUND,
+                                 detail=f"{exc}; relisting")
+            seen = ""  # recorded: the relist's lower resourceVersion is expected now
+            SyncState.objects.filter(pk=lease.state_id).update(resource_version="", relists=F("relists") + 1)
         except ResourceExpiredError as exc:
             logger.info("%s/%s: %s; relisting", cluster_id, kind, exc)
             result.relists += 1

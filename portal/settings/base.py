@@ -4,6 +4,7 @@ A missing secret crashes at import time (fail fast); `portal.settings.demo` and 
 embedded defaults before importing this module.
 """
 
+import tempfile
 from pathlib import Path
 
 import environ
@@ -216,6 +217,14 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {"inventory.watch_window": {"queue": "watch"},
                       "integrations.webhook_deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Every worker also consumes its own direct queue: its heartbeat task goes there (portal/heartbeat.py).
+CELERY_WORKER_DIRECT = True
+# Watch windows keep running through a broker outage (they need only their lease and the cluster); cancelling them
+# would restart every watcher for a blip.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+PORTAL_WORKER_HEARTBEAT_SECONDS = env.float("PORTAL_WORKER_HEARTBEAT_SECONDS", default=30.0)  # 0 = no heartbeat
+PORTAL_WORKER_HEARTBEAT_DIR = env("PORTAL_WORKER_HEARTBEAT_DIR",
+                                  default=str(Path(tempfile.gettempdir()) / "portal-heartbeat"))
 CELERY_BEAT_SCHEDULE = {
     "inventory-watchers-ensure": {
         "task": "inventory.watchers_ensure",
@@ -265,6 +274,11 @@ PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
 # PORTAL_UNSERVED_RECHECK_SECONDS by the watcher of a kind the cluster does not serve (docs/clusters.md).
 PORTAL_DISCOVERY_SECONDS = env.int("PORTAL_DISCOVERY_SECONDS", default=300)
 PORTAL_UNSERVED_RECHECK_SECONDS = env.float("PORTAL_UNSERVED_RECHECK_SECONDS", default=60.0)
+# Safety net: every (cluster, kind) is listed in full again about this often (each kind staggered between 0.75x and
+# 1.25x) even when its watch looks healthy; 0 = never. Anything the watch missed is tombstoned or corrected.
+PORTAL_SYNC_RELIST_SECONDS = env.int("PORTAL_SYNC_RELIST_SECONDS", default=6 * 3600)
+# A kind whose watcher has applied no event or bookmark for this long is shown as stale (no live watcher).
+PORTAL_SYNC_STALE_SECONDS = env.int("PORTAL_SYNC_STALE_SECONDS", default=180)
 PORTAL_K8S_CONNECT_TIMEOUT = env.float("PORTAL_K8S_CONNECT_TIMEOUT", default=5.0)
 PORTAL_K8S_READ_TIMEOUT = env.float("PORTAL_K8S_READ_TIMEOUT", default=60.0)
 

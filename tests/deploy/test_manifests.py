@@ -274,24 +274,29 @@ def test_web_sums_the_latency_samples_of_every_gunicorn_worker(base: list[Doc]) 
     assert "PROMETHEUS_MULTIPROC_DIR" not in of_kind(base, "ConfigMap")[0]["data"]
 
 
-def test_worker_probes_ping_their_own_node(base: list[Doc]) -> None:
+def test_worker_probes_ping_and_heartbeat_their_own_node(base: list[Doc]) -> None:
     for deployment in of_kind(base, "Deployment"):
         argv = command(deployment)
         if argv[3] != "worker":
             continue
         c = container(deployment)
         node = option(argv, "-n").replace("%h", "$HOSTNAME")
-        for kind in ("startupProbe", "livenessProbe"):
-            probe = c[kind]
-            shell = probe["exec"]["command"]
-            assert shell[:2] == ["sh", "-c"]
-            assert "celery -A portal inspect ping" in shell[2]
-            assert f'--destination "{node}"' in shell[2]
-            ping_timeout = int(re.search(r"--timeout (\d+)", shell[2])[1])
-            assert probe["timeoutSeconds"] > ping_timeout, "the probe outlives the ping's own timeout"
-        # A Redis restart must not recycle every worker: liveness gives up only after minutes of silence.
+        startup = c["startupProbe"]
+        shell = startup["exec"]["command"]
+        assert shell[:2] == ["sh", "-c"]
+        assert "celery -A portal inspect ping" in shell[2]
+        assert f'--destination "{node}"' in shell[2]
+        ping_timeout = int(re.search(r"--timeout (\d+)", shell[2])[1])
+        assert startup["timeoutSeconds"] > ping_timeout, "the probe outlives the ping's own timeout"
+        # Liveness: the worker's own heartbeat task ran recently (connected *and* consuming: portal/heartbeat.py).
         liveness = c["livenessProbe"]
+        shell = liveness["exec"]["command"]
+        assert shell[:2] == ["sh", "-c"]
+        assert f'python -m portal.worker_probe "{node}"' in shell[2]
+        max_age = float(re.search(r"--max-age (\d+)", shell[2])[1])
+        # A Redis restart must not recycle every worker: liveness gives up only after minutes of silence.
         assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 300
+        assert max_age >= 300 > 4 * 30, "several missed heartbeats (every 30 s) before a probe fails"
         assert "readinessProbe" not in c, "workers serve no traffic; the startup probe gates rollouts"
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,6 +121,23 @@ def _diff_examples(sim: Simulator, cluster: Cluster, diff: dict[str, Any], per_k
     return out
 
 
+def watchers_back(cluster: Cluster, since: Any, what: str, *, timeout: float = 30.0,
+                  evidence: Callable[[], str] = str) -> float:
+    """Seconds until every kind's watcher applied an event or bookmark after `since` (the simulator bookmarks every
+    second, so a live watcher shows at once); fails naming the kinds still silent, plus `evidence()`."""
+    from inventory.models import SyncState
+
+    started = time.monotonic()
+    silent: list[str] = []
+    while time.monotonic() - started < timeout:
+        fresh = set(SyncState.objects.filter(cluster=cluster, last_event_at__gt=since).values_list("kind", flat=True))
+        silent = [kind for kind in SYNCED_KINDS if kind not in fresh]
+        if not silent:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: watchers of {silent} not back within {timeout:.0f} s\n{evidence()}")
+
+
 class Watchers:
     """One thread per kind running successive bounded windows under a lease, like the Celery tasks do."""
 
@@ -167,6 +189,62 @@ class Watchers:
         assert not self.errors, self.errors
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def spawn(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start real Celery processes against the test database: `spawn("worker", name)` (watch + default queues on a
+    thread pool; `pool=` other queue and pool options) or `spawn("beat", name)`, with short windows and leases; `env=`
+    overrides (e.g. a proxied REDIS_URL).
+    At the end every process is stopped and its log must show no unrecoverable error (nor a traceback, unless the
+    test set `spawn.outages = True`: connection errors during an outage are logged with theirs)."""
+    db = connection.settings_dict
+    base_env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "PORTAL_WATCH_WINDOW_SECONDS": "4",
+        "PORTAL_WATCH_LEASE_SECONDS": "3",
+        "PORTAL_WATCHERS_ENSURE_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+
+    def start(role: str, name: str, env: dict[str, str] | None = None,
+              pool: tuple[str, ...] = ("-Q", "watch,default", "-P", "threads", "-c", "12")) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "celery", "-A", "portal"]
+        if role == "worker":
+            cmd += ["worker", *pool, "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "--loglevel", "INFO"]
+        else:
+            cmd += ["beat", "--loglevel", "INFO", "-s", str(tmp_path / f"{name}-schedule")]
+        log = tmp_path / f"{name}.log"
+        logs.append(log)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**base_env, **(env or {})}, stdout=log.open("ab"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    start.outages = False  # type: ignore[attr-defined]
+    start.logs = logs  # type: ignore[attr-defined]
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert "Unrecoverable error" not in text, f"{log}:\n{text[-3000:]}"
+        assert start.outages or "Traceback" not in text or "LeaseLost" in text, f"{log}:\n{text[-3000:]}"  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def watchers(cluster: Cluster) -> Iterator[Callable[..., Watchers]]:
     started: list[Watchers] = []
@@ -180,3 +258,82 @@ def watchers(cluster: Cluster) -> Iterator[Callable[..., Watchers]]:
     for w in started:
         if not w.stop_event.is_set():
             w.stop()
+
+
+class TcpProxy:
+    """A TCP proxy the test owns in front of a shared server (Redis, PostgreSQL), so an outage can be simulated
+    without touching the machine's server: `cut()` closes every connection and refuses new ones (the port stays
+    bound: connections are accepted and closed at once, like a restarting server behind a load balancer),
+    `heal()` lets them through again."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        import socket
+
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: set[Any] = set()
+        self._open = True
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name=f"proxy-{self.port}").start()
+
+    def url(self, template: str) -> str:
+        """`template` with {port} replaced: e.g. "redis://127.0.0.1:{port}/5"."""
+        return template.format(port=self.port)
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self._open:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets.update((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any) -> None:
+        import socket
+
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+                with self._lock:
+                    self._sockets.discard(s)
+
+    def cut(self) -> None:
+        import socket
+
+        self._open = False
+        with self._lock:
+            sockets = list(self._sockets)
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def heal(self) -> None:
+        self._open = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self._listener.close()

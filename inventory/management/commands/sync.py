@@ -1,6 +1,8 @@
 """`manage.py sync --cluster NAME --once`: list every kind once, print counts and timings, exit.
 
-Kinds the cluster does not serve (read from its discovery documents first) are listed as skipped with the reason."""
+Kinds the cluster does not serve (read from its discovery documents first) are listed as skipped with the reason.
+`--status` lists nothing: it prints each kind's listings, relists, lease losses and last activity (the watchers' record).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from inventory.errors import ClusterError, LeaseLostError
 from inventory.kinds import SYNCED_KINDS
 from inventory.leases import lease_backend
-from inventory.models import Cluster
+from inventory.models import Cluster, SyncState
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
 
@@ -26,13 +28,27 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="list every kind once and exit (required for now)")
         parser.add_argument("--kind", action="append", choices=SYNCED_KINDS, help="limit to these kinds")
         parser.add_argument("--page-size", type=int, default=None)
+        parser.add_argument("--status", action="store_true",
+                            help="print every kind's listings, relists and lease losses so far; list nothing")
+
+    def _status(self, cluster: Cluster, kinds: list[str]) -> None:
+        for state in SyncState.objects.filter(cluster=cluster, kind__in=kinds).order_by("kind"):
+            last = max((s for s in (state.last_event_at, state.last_success_at) if s is not None), default=None)
+            self.stdout.write(
+                f"{state.kind:<34} listings={state.list_id:<4} relists={state.relists:<4} "
+                f"lease_losses={state.lease_losses:<4} phase={state.phase:<9} "
+                f"last_activity={last.isoformat(timespec='seconds') if last else '-'}"
+            )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not options["once"]:
+        if not options["once"] and not options["status"]:
             raise CommandError("continuous sync runs in Celery (worker + beat); use --once for a single pass")
         cluster = Cluster.objects.filter(name=options["cluster"]).first()
         if cluster is None:
             raise CommandError(f"no cluster named {options['cluster']!r}")
+        if options["status"]:
+            self._status(cluster, options["kind"] or list(SYNCED_KINDS))
+            return
         backend = lease_backend()
         started = time.monotonic()
         try:
@@ -59,3 +75,4 @@ class Command(BaseCommand):
         for skipped in results.skipped:  # a kind the cluster does not serve is a state: reported, exit status 0
             self.stdout.write(f"{skipped.kind:<24} skipped: {skipped.reason}")
         self.stdout.write(f"{'total':<24} {total:>7} objects in {time.monotonic() - started:.2f}s")
+        self._status(cluster, [r.kind for r in results])

@@ -22,6 +22,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from inventory.leases import leases_break
 from inventory.models import SyncState
 
+RESTART_LIMIT = 10
+
 
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
@@ -49,6 +51,24 @@ class Command(BaseCommand):
         parser.add_argument("--sim-port", type=int, default=int(os.environ.get("KUBESIM_PORT", "6443")))
         parser.add_argument("--web-port", type=int, default=int(os.environ.get("PORTAL_PORT", "8000")))
         parser.add_argument("--churn", default=os.environ.get("KUBESIM_CHURN", "0.5"))
+
+    def _supervise(self, procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> None:
+        """Restart any demo process that exits (a worker that lost Redis, a killed beat), like a service manager
+        would; give up when they keep dying (RESTART_LIMIT exits within a minute)."""
+        exits: list[float] = []
+        while True:
+            time.sleep(0.5)
+            for i, proc in enumerate(procs):
+                code = proc.poll()
+                if code is None:
+                    continue
+                now = time.monotonic()
+                exits = [t for t in exits if now - t < 60] + [now]
+                if len(exits) > RESTART_LIMIT:
+                    raise CommandError(f"demo processes keep exiting ({len(exits)} in a minute); last: {proc.args!r}")
+                args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
+                self.stderr.write(f"demo: {' '.join(args[:6])} … exited ({code}); restarting it")
+                procs[i] = subprocess.Popen(proc.args, env=env, start_new_session=True)
 
     def handle(self, *args: Any, **options: Any) -> None:
         var = Path(settings.VAR_DIR)
@@ -110,10 +130,7 @@ class Command(BaseCommand):
                     raise CommandError("the web server did not start")
                 time.sleep(0.2)
             self.stdout.write(self.style.SUCCESS(banner(options["web_port"], options["sim_port"], kubeconfig)))
-            while all(p.poll() is None for p in procs):
-                time.sleep(0.5)
-            failed = [p.args for p in procs if p.poll() is not None]
-            raise CommandError(f"a demo process exited: {failed}")
+            self._supervise(procs, env)
         except KeyboardInterrupt:
             self.stdout.write("\nstopping…")
         finally:
