@@ -2562,6 +2562,7 @@ class _Builder:
                 "workloads",
                 "quotas",
                 "objects",
+                "telemetry",
             },
             "scenario",
         )
