@@ -347,12 +347,14 @@ class Telemetry:
             return min(1.0, total / 7)
         return max((self._activity(card, h, at) for h in card.holders), default=0.0)
 
-    def render(self, node_name: str, at: float | None = None, *, timestamps: bool = False) -> str | None:
+    def render(self, node_name: str, at: float | None = None, *, timestamps: bool = False,
+               units: list[Unit] | None = None) -> str | None:
         """The exporter's text exposition for one node (None: no such node). `timestamps`: OpenMetrics-style
-        sample timestamps for backfilling history with `promtool tsdb create-blocks-from openmetrics`."""
+        sample timestamps for backfilling history with `promtool tsdb create-blocks-from openmetrics`; `units`:
+        the node's units computed once for many moments."""
         at = time.time() if at is None else at
         with self.lock:
-            units = self.units(node_name)
+            units = self.units(node_name) if units is None else units
             if units is None:
                 return None
             lines: dict[str, list[str]] = {name: [] for name, _, _ in METRICS}

@@ -154,11 +154,12 @@ def openmetrics_history(sim: Any, start: float, end: float, step: float, path: s
     with open(path, "w", encoding="utf-8") as out:
         # OpenMetrics wants each metric family contiguous: one pass per family over all times and nodes
         families: dict[str, list[str]] = {}
+        units = {node: sim.telemetry.units(node) for node in nodes}
         t = start
         while t < end:
             for node in nodes:
                 extra = f',cluster="{cluster}",node="{node}",job="dcgm-exporter",instance="{instance}"'
-                body = sim.telemetry.render(node, t, timestamps=True) or ""
+                body = sim.telemetry.render(node, t, timestamps=True, units=units[node]) or ""
                 for line in body.splitlines():
                     name, _, rest = line.partition("{")
                     families.setdefault(name, []).append(f"{name}{{{rest.replace('}', extra + '}', 1)}")
