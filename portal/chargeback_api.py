@@ -32,6 +32,12 @@ class ChargebackRowSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
     admin_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     unpriced_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Unit-hours with DCGM telemetry (rollups); used_cost + idle_cost is the cost of these only."))
+    used_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours times the mean engine activity (busy share)."))
+    idle_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours the holder allocated but left idle (1 - busy share)."))
 
 
 class ChargebackTotalSerializer(serializers.Serializer):
@@ -40,6 +46,12 @@ class ChargebackTotalSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
     admin_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     unpriced_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Unit-hours with DCGM telemetry (rollups); used_cost + idle_cost is the cost of these only."))
+    used_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours times the mean engine activity (busy share)."))
+    idle_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours the holder allocated but left idle (1 - busy share)."))
 
 
 class IdleRowSerializer(serializers.Serializer):
@@ -73,6 +85,12 @@ class PieceSerializer(serializers.Serializer):
     unpriced = serializers.BooleanField()
     unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Unit-hours with DCGM telemetry (rollups); used_cost + idle_cost is the cost of these only."))
+    used_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours times the mean engine activity (busy share)."))
+    idle_cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+        "Cost of the measured unit-hours the holder allocated but left idle (1 - busy share)."))
 
 
 class ChargebackReportSerializer(serializers.Serializer):
