@@ -59,6 +59,9 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
             per_day[piece.period_start] += piece.cost
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
         monthly = cb.aggregate(found, dimensions, period=start)  # the daily pieces, summed over the month
+        for row in monthly:
+            measured = row["used_cost"] + row["idle_cost"]
+            row["efficiency"] = float(100 * row["used_cost"] / measured) if measured else None
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")
