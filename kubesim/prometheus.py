@@ -144,12 +144,12 @@ class Prometheus:
 
 
 def openmetrics_history(sim: Any, start: float, end: float, step: float, path: str | Path,
-                        cluster: str, nodes: list[str] | None = None) -> int:
+                        cluster: str, nodes: list[str] | None = None, instance: str | None = None) -> int:
     """Write the simulator's exporter output for [start, end) every `step` seconds as OpenMetrics with timestamps
     and the scrape's target labels (`cluster`, `node`, `job`, `instance`), for `Prometheus.backfill`. Returns the
     number of samples."""
     nodes = sim.telemetry.gpu_nodes() if nodes is None else nodes
-    instance = f"{sim.host}:{sim.port}"
+    instance = instance or f"{sim.host}:{sim.port}"
     count = 0
     with open(path, "w", encoding="utf-8") as out:
         # OpenMetrics wants each metric family contiguous: one pass per family over all times and nodes

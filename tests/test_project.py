@@ -100,6 +100,17 @@ def test_kubeconfig_secrets_never_reach_the_logs(transactional_db: None, caplog:
     assert not Cluster.objects.filter(name="bad").exists()
 
 
+def _login(base: str, username: str) -> requests.Session:
+    session = requests.Session()
+    page = session.get(f"{base}/login/", timeout=10)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert csrf is not None
+    session.post(f"{base}/login/", data={"username": username, "password": "demo",
+                                         "csrfmiddlewaretoken": csrf.group(1)},
+                 headers={"Referer": f"{base}/login/"}, timeout=10)
+    return session
+
+
 @pytest.mark.slow
 def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
     """`manage.py demo` on embedded defaults (SQLite, filesystem broker): the node list shows the demo fleet."""
@@ -139,6 +150,15 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
         assert "member" in nodes.text  # logged in as the demo user
         output = (tmp_path / "demo.log").read_text()
         assert "Logins (password 'demo')" in output
+        # Telemetry out of the box (Prometheus is a test prerequisite): live utilisation with the idle fine-tune
+        # and its idle finding for the member; XID findings for the platform admin.
+        assert "Telemetry: Prometheus" in output
+        utilization = session.get(f"{base}/utilization/", timeout=30).text
+        assert "llm-finetune-small" in utilization
+        assert "data-idle" in utilization
+        assert 'data-kind="allocated-idle"' in utilization
+        admin = _login(base, "admin")
+        assert 'data-kind="xid"' in admin.get(f"{base}/utilization/", timeout=30).text
     finally:
         os.killpg(demo.pid, signal.SIGINT)
         try:
