@@ -21,6 +21,6 @@ urlpatterns = [
     path("chargeback/", ChargebackView.as_view(), name="chargeback"),
     path("chargeback/focus/", FocusExportView.as_view(), name="chargeback-focus"),
     path("utilization/", UtilizationView.as_view(), name="utilization"),
-    path("utilization/devices/<int:pk>/", DeviceUtilizationView.as_view(), name="utilization-device"),
+    path("devices/<int:pk>/utilization/", DeviceUtilizationView.as_view(), name="utilization-device"),
     *router.urls,
 ]

@@ -1,5 +1,5 @@
 """REST API for utilisation: `/api/v1/utilization/?window=&aggregate=` (hourly DCGM rollups summed by the chosen
-dimensions) and `/api/v1/utilization/devices/<id>/` (one unit's hourly history). Scoped like chargeback."""
+dimensions) and `/api/v1/devices/<id>/utilization/` (one unit's hourly history). Scoped like chargeback."""
 
 from __future__ import annotations
 

@@ -47,12 +47,12 @@ def test_utilization_api_aggregates_and_scopes(demo_telemetry) -> None:
     assert _api(finance).get("/api/v1/utilization/", {"window": WINDOW, "aggregate": "bogus"}).status_code == 400
     assert _api(finance).get("/api/v1/utilization/").status_code == 400
     device = Device.objects.get(cluster=cluster, key="node/h100-000/nvidia.com/gpu")
-    history = _api(member).get(f"/api/v1/utilization/devices/{device.pk}/", {"window": WINDOW}).json()
+    history = _api(member).get(f"/api/v1/devices/{device.pk}/utilization/", {"window": WINDOW}).json()
     assert {h["namespace"] for h in history} == {"ml-research"}
     assert any(h["util_mean"] < 0.05 for h in history)
     # another tenant sees none of those hours
     other = User.objects.get(username="vision-team-member")
-    assert _api(other).get(f"/api/v1/utilization/devices/{device.pk}/", {"window": WINDOW}).json() == []
+    assert _api(other).get(f"/api/v1/devices/{device.pk}/utilization/", {"window": WINDOW}).json() == []
     # pages
     client = Client()
     client.force_login(member)
