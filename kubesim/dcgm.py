@@ -168,24 +168,48 @@ class Telemetry:
         self.seed = seed
         self.config = config or TelemetryConfig()
         self.lock = threading.Lock()
-        self._pods_by_node: dict[str, list[dict]] | None = None  # set by all_units() for one pass over a fleet
+        self._snap: dict[str, Any] | None = None  # set by all_units() for one pass over a fleet
+
+    def _objects(self, plural: str) -> list[dict]:
+        """The stored objects themselves (read only here): no deep copy per call."""
+        return [so.obj for so in self.store.sorted_objects(plural)]
+
+    def _snapshot(self) -> dict[str, Any]:
+        """Running pods by node and by uid, slices by node, and the pods using each DRA device, in one pass."""
+        if self._snap is not None:
+            return self._snap
+        by_node: dict[str, list[dict]] = {}
+        by_uid: dict[tuple[str, str], dict] = {}
+        for p in self._objects("pods"):
+            if p.get("status", {}).get("phase") == "Running":
+                by_node.setdefault(p.get("spec", {}).get("nodeName", ""), []).append(p)
+                by_uid[(p["metadata"].get("namespace", ""), p["metadata"].get("uid", ""))] = p
+        slices: dict[str, list[dict]] = {}
+        for sl in self._objects("resourceslices"):
+            slices.setdefault((sl.get("spec") or {}).get("nodeName", ""), []).append(sl)
+        users: dict[tuple[str, str, str], list[dict]] = {}
+        for c in self._objects("resourceclaims"):
+            status = c.get("status") or {}
+            ns = c["metadata"].get("namespace", "")
+            using = [by_uid[(ns, r.get("uid", ""))] for r in status.get("reservedFor") or []
+                     if r.get("resource") == "pods" and (ns, r.get("uid", "")) in by_uid]
+            for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+                if not r.get("adminAccess"):
+                    users.setdefault((r.get("driver", ""), r.get("pool", ""), r.get("device", "")), []).extend(using)
+        return {"pods": by_node, "slices": slices, "users": users}
 
     def all_units(self) -> dict[str, list[Unit]]:
-        """Every GPU node's units, indexing the pods once (a fleet of thousands of nodes in seconds)."""
-        index: dict[str, list[dict]] = {}
-        for p in self.store.objects("pods"):
-            if p.get("status", {}).get("phase") == "Running":
-                index.setdefault(p.get("spec", {}).get("nodeName", ""), []).append(p)
+        """Every GPU node's units from one snapshot (a fleet of thousands of nodes in seconds)."""
         with self.lock:
-            self._pods_by_node = index
+            self._snap = self._snapshot()
             try:
                 return {node: self.units(node) or [] for node in self.gpu_nodes()}
             finally:
-                self._pods_by_node = None
+                self._snap = None
 
     # ---------------------------------------------------------------- topology
     def gpu_nodes(self) -> list[str]:
-        return sorted(n["metadata"]["name"] for n in self.store.objects("nodes")
+        return sorted(n["metadata"]["name"] for n in self._objects("nodes")
                       if (n["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") == "true")
 
     def _profile(self, pod: dict) -> str:
@@ -209,6 +233,16 @@ class Telemetry:
         return Holder(meta.get("namespace", ""), meta["name"], container, self._profile(pod))
 
     def units(self, node_name: str) -> list[Unit] | None:
+        """The node's DCGM entities and who uses each (None: no such node)."""
+        if self._snap is not None:
+            return self._units(node_name)
+        self._snap = self._snapshot()
+        try:
+            return self._units(node_name)
+        finally:
+            self._snap = None
+
+    def _units(self, node_name: str) -> list[Unit] | None:
         node = self.store.get("nodes", None, node_name)
         if node is None:
             return None
@@ -225,11 +259,7 @@ class Telemetry:
         return Unit(node, index, "GPU-" + _uid(self.seed, "gpu", node, str(index)), model, memory, driver)
 
     def _running_pods(self, node_name: str) -> list[dict]:
-        if self._pods_by_node is not None:
-            pods = list(self._pods_by_node.get(node_name, []))
-        else:
-            pods = [p for p in self.store.objects("pods") if p.get("spec", {}).get("nodeName") == node_name
-                    and p.get("status", {}).get("phase") == "Running"]
+        pods = list(self._snapshot()["pods"].get(node_name, []))
         return sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"]))
 
     def _plugin_units(self, node: dict, labels: dict[str, str]) -> list[Unit]:
@@ -292,25 +322,17 @@ class Telemetry:
         return units
 
     def _dra_units(self, node_name: str) -> list[Unit]:
+        snap = self._snapshot()
         devices: dict[tuple[str, str, str], dict] = {}
-        for s in self.store.objects("resourceslices"):
-            spec = s.get("spec") or {}
-            if spec.get("nodeName") != node_name:
-                continue
+        for sl in snap["slices"].get(node_name, []):
+            spec = sl.get("spec") or {}
             pool = (spec.get("pool") or {}).get("name", "")
             for d in spec.get("devices") or []:
                 devices[(spec.get("driver", ""), pool, d.get("name", ""))] = d
-        pods = {(p["metadata"].get("namespace", ""), p["metadata"].get("uid", "")): p for p in
-                self._running_pods(node_name)}
-        users: dict[tuple[str, str, str], list[dict]] = {}
-        for c in self.store.objects("resourceclaims"):
-            status = c.get("status") or {}
-            ns = c["metadata"].get("namespace", "")
-            using = [pods[(ns, r.get("uid", ""))] for r in status.get("reservedFor") or []
-                     if r.get("resource") == "pods" and (ns, r.get("uid", "")) in pods]
-            for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
-                if not r.get("adminAccess"):
-                    users.setdefault((r.get("driver", ""), r.get("pool", ""), r.get("device", "")), []).extend(using)
+        on_node = {id(p) for p in self._running_pods(node_name)}
+        users = {key: [p for p in pods if id(p) in on_node] for key, pods in snap["users"].items()
+                 if key in devices}
+        users = {key: pods for key, pods in users.items() if pods}
         cards: dict[str, Unit] = {}
         instances: list[Unit] = []
         for key, d in sorted(devices.items(), key=lambda kv: kv[0]):
