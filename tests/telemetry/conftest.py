@@ -51,3 +51,15 @@ def demo_telemetry(transactional_db: None, prometheus: Any, demo_history: list[P
         prom = prometheus(backfill=demo_history)
         TelemetrySource.objects.create(cluster=cluster, prometheus_url=prom.url)
         yield sim, cluster, prom
+
+
+def refresh_from_idle_hour(cluster: Any, now: dt.datetime) -> dict[str, Any]:
+    """The telemetry refresh at `now`, rolling up from IDLE_HOUR (the first hour of the backfilled history)."""
+    from portal.models import TelemetrySource
+    from portal.telemetry import telemetry_refresh_cluster
+
+    source = TelemetrySource.objects.get(cluster=cluster)
+    if source.rolled_up_to is None:
+        source.rolled_up_to = IDLE_HOUR
+        source.save(update_fields=["rolled_up_to"])
+    return telemetry_refresh_cluster(cluster, now=now)

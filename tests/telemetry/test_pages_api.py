@@ -13,12 +13,12 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from inventory.models import Device
-from portal.models import TelemetrySource
+from portal.models import TelemetryFinding, TelemetrySource
 from portal.roles import Role
+from portal.telemetry import telemetry_refresh_cluster
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
-from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX
-from tests.telemetry.test_rollup import _refresh
+from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX, refresh_from_idle_hour
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WINDOW = f"{IDLE_HOUR:%Y-%m-%dT%H:%M:%S},{BUSY_HOUR + dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}"
@@ -32,7 +32,7 @@ def _api(user: User) -> APIClient:
 
 def test_utilization_api_aggregates_and_scopes(demo_telemetry) -> None:
     _sim, cluster, _prom = demo_telemetry
-    _refresh(cluster, BUSY_HOUR + dt.timedelta(minutes=1))
+    refresh_from_idle_hour(cluster, BUSY_HOUR + dt.timedelta(minutes=1))
     member = User.objects.get(username="ml-research-member")
     report = _api(member).get("/api/v1/utilization/", {"window": WINDOW, "aggregate": "tenant,namespace"}).json()
     assert {r["namespace"] for r in report["rows"]} == {"ml-research"}
@@ -68,7 +68,7 @@ def test_portal_metric_counts_idle_units_by_tenant_and_offering(demo_telemetry) 
     from portal.observability import PortalCollector
 
     _sim, cluster, _prom = demo_telemetry
-    _refresh(cluster, BUSY_HOUR + dt.timedelta(minutes=1))
+    refresh_from_idle_hour(cluster, BUSY_HOUR + dt.timedelta(minutes=1))
     registry = CollectorRegistry()
     registry.register(PortalCollector())
     text = generate_latest(registry).decode()
@@ -82,6 +82,7 @@ def test_your_gpus_right_now_live(live_demo, prometheus) -> None:
     give_namespaces(member, cluster, "ml-research", tenant_slug="ml-research")
     outsider = make_user("vision-member")
     give_namespaces(outsider, cluster, "vision-team", tenant_slug="vision")
+    sim.telemetry.config.hot.add(("h100-000", 0))  # at its thermal limit
     prom = prometheus(sim=sim, cluster="demo")
     TelemetrySource.objects.create(cluster=cluster, prometheus_url=prom.url)
     client = Client()
@@ -100,6 +101,11 @@ def test_your_gpus_right_now_live(live_demo, prometheus) -> None:
     page = client.get("/utilization/").content.decode()
     assert IDLE_POD_PREFIX not in page
     assert "seg-mig3g" in page  # the vision team's DRA MIG partition
+    # the live findings: the hot card throttles; XID 79 on a card the DRA driver calls healthy
+    telemetry_refresh_cluster(cluster)
+    kinds = {(f.kind, f.node_name) for f in TelemetryFinding.objects.filter(cluster=cluster)}
+    assert ("thermal", "h100-000") in kinds
+    assert ("plugin-healthy-dcgm-failing", "l40s-dra-001") in kinds
     # Prometheus gone: the page says so, nothing crashes
     prom.stop()
     page = client.get("/utilization/").content.decode()

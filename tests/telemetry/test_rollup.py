@@ -14,23 +14,15 @@ import pytest
 
 from portal.models import TelemetryFinding, TelemetrySource, UtilizationRollup
 from portal.telemetry import PrometheusClient, telemetry_refresh_cluster
-from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX, NOW
+from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX, NOW, refresh_from_idle_hour
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINUTE = dt.timedelta(minutes=1)
 
 
-def _refresh(cluster: Any, now: dt.datetime) -> dict[str, Any]:
-    source = TelemetrySource.objects.get(cluster=cluster)
-    if source.rolled_up_to is None:
-        source.rolled_up_to = IDLE_HOUR
-        source.save(update_fields=["rolled_up_to"])
-    return telemetry_refresh_cluster(cluster, now=now)
-
-
 def test_join_for_every_unit_kind(demo_telemetry) -> None:
     _sim, cluster, _prom = demo_telemetry
-    result = _refresh(cluster, BUSY_HOUR + MINUTE)
+    result = refresh_from_idle_hour(cluster, BUSY_HOUR + MINUTE)
     assert result["state"] in ("ok", "partial")
     assert result["hours"] == 1
     rows = list(UtilizationRollup.objects.filter(cluster=cluster, hour=IDLE_HOUR))
@@ -77,7 +69,7 @@ def test_join_for_every_unit_kind(demo_telemetry) -> None:
 
 def test_findings_idle_appears_and_clears(demo_telemetry) -> None:
     _sim, cluster, _prom = demo_telemetry
-    _refresh(cluster, BUSY_HOUR + MINUTE)
+    refresh_from_idle_hour(cluster, BUSY_HOUR + MINUTE)
     findings = {(f.kind, f.subject): f for f in TelemetryFinding.objects.filter(cluster=cluster)}
     idle = [f for (kind, _), f in findings.items() if kind == "allocated-idle"]
     assert len(idle) >= 4
@@ -92,7 +84,7 @@ def test_findings_idle_appears_and_clears(demo_telemetry) -> None:
     dcgm = {f.subject for (kind, _), f in findings.items() if kind == "plugin-healthy-dcgm-failing"}
     assert {"node/train-h200-000", "node/l40s-dra-001"} <= dcgm
     # the next hour the fine-tune works: its idle findings clear, the others stay
-    _refresh(cluster, NOW + MINUTE)
+    refresh_from_idle_hour(cluster, NOW + MINUTE)
     after = TelemetryFinding.objects.filter(cluster=cluster)
     assert not [f for f in after if f.kind == "allocated-idle" and IDLE_POD_PREFIX in f.subject]
     assert after.filter(kind="xid").count() == 3
@@ -101,7 +93,7 @@ def test_findings_idle_appears_and_clears(demo_telemetry) -> None:
 def test_prometheus_down_is_a_state_and_writes_nothing(demo_telemetry) -> None:
     _sim, cluster, prom = demo_telemetry
     prom.stop()
-    result = _refresh(cluster, BUSY_HOUR + MINUTE)
+    result = refresh_from_idle_hour(cluster, BUSY_HOUR + MINUTE)
     source = TelemetrySource.objects.get(cluster=cluster)
     assert result["state"] == source.state == "down"
     assert "unreachable" in source.message
@@ -115,7 +107,7 @@ def test_prometheus_slow_is_a_state(demo_telemetry, settings) -> None:
     settings.PORTAL_PROMETHEUS_READ_TIMEOUT = 0.5
     prom.pause()
     try:
-        result = _refresh(cluster, BUSY_HOUR + MINUTE)
+        result = refresh_from_idle_hour(cluster, BUSY_HOUR + MINUTE)
     finally:
         prom.resume()
     assert result["state"] == "slow"
