@@ -366,12 +366,15 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
         per_card[row.labels.get("UUID", "")].append(row)
     for uuid, card_rows in per_card.items():
         instances = [r for r in card_rows if r.labels.get("GPU_I_ID")]
+        # a card shared by replicas (time-slicing, MPS, a shared claim) has one series per pod, each with the
+        # card's energy: split it evenly so that sums over holders count the card once
+        sharing = max(1, len(card_rows) - len(instances))
         for row in card_rows:
             row.temp = card_temp.get(uuid)
             row.xid = set(xid.get(uuid, set()))
             key = _series_key(row.labels)
             if key in card_energy:
-                row.energy = card_energy[key]
+                row.energy = card_energy[key] / sharing
             elif instances and row in instances:
                 whole = next((v for k, v in card_energy.items() if k[0] == uuid and not k[1]), None)
                 slices = _slices(row.labels.get("GPU_I_PROFILE", ""))
