@@ -180,9 +180,12 @@ def source_for(cluster: Cluster) -> TelemetrySource:
     return source
 
 
-def client_for(source: TelemetrySource) -> PrometheusClient | None:
+def client_for(source: TelemetrySource, *, timeout: float | None = None) -> PrometheusClient | None:
     url = source.prometheus_url or settings.PORTAL_PROMETHEUS_URL
-    return PrometheusClient(url) if url else None
+    return PrometheusClient(url, timeout=timeout) if url else None
+
+
+LIVE_TIMEOUT = 5.0  # a page waits at most this long for Prometheus, then says it has no live telemetry
 
 
 def _selector(source: TelemetrySource) -> str:
@@ -646,7 +649,7 @@ def live_units(cluster: Cluster, *, namespaces: set[str] | None = None, minutes:
     """The held DCGM entities right now, each with its last hour's engine activity (a sparkline) and an idle
     flag; `namespaces` restricts to a tenant's. Returns (units, problem) — problem is "" or what went wrong."""
     source = source_for(cluster)
-    client = client_for(source)
+    client = client_for(source, timeout=LIVE_TIMEOUT)
     if client is None:
         return [], "No Prometheus configured for this cluster."
     sel = _selector(source)
