@@ -77,6 +77,7 @@ XID_CATALOGUE: dict[int, tuple[str, str, str]] = {
 # XIDs that mean the card itself is failing, whatever the device plugin says.
 FAILING_XIDS = {48, 62, 64, 74, 79, 95, 119, 120}
 THERMAL_LIMIT_C = 85.0
+JOIN_LABELS = "UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod, Hostname, gpu, modelName"
 
 
 class TelemetryError(PortalError):
@@ -327,7 +328,8 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
     warnings: list[str] = []
 
     def run(expr: str) -> list[tuple[dict[str, str], float]]:
-        answer = client.query(expr, end)
+        # Only the labels the join reads come back (not instance, job, pci_bus_id, …): a third of the answer's size.
+        answer = client.query(f"max by ({JOIN_LABELS}) ({expr})", end)
         warnings.extend(answer.warnings)
         return answer.series
 
