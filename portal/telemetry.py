@@ -31,6 +31,7 @@ import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,32 +217,54 @@ class Holding:
     ended_at: dt.datetime | None
 
 
+@dataclass(slots=True)
+class UnitRow:
+    """The columns of an inventory unit (`Device`) the join and the findings read."""
+
+    pk: int
+    key: str
+    path: str
+    mode: str
+    unit: str
+    node_name: str
+    resource_name: str
+    parent: str
+    mig_profile: str
+    reserved_for: str  # the holding claim's reservedFor, as text (pod names are searched in it)
+    health: str
+    unhealthy: int
+    cards: float
+
+
 class Join:
     """The cluster's units and the allocation intervals overlapping one window, indexed the ways DCGM labels
     point at them."""
 
     def __init__(self, cluster: Cluster, start: dt.datetime, end: dt.datetime) -> None:
         self.cluster = cluster
-        self.plugin: dict[tuple[str, str], Device] = {}
-        self.plugin_cards: dict[str, list[Device]] = defaultdict(list)
-        self.dra_cards: dict[str, Device] = {}
-        self.dra_parts: dict[tuple[str, str], list[Device]] = defaultdict(list)
-        self.by_key: dict[str, Device] = {}
-        for device in Device.objects.filter(cluster=cluster).only(
-                "id", "key", "path", "mode", "node_name", "resource_name", "attributes", "model", "reserved_for",
-                "health", "unhealthy", "capacity", "cards", "mig_profile", "parent", "driver"):
+        self.plugin: dict[tuple[str, str], UnitRow] = {}
+        self.plugin_cards: dict[str, list[UnitRow]] = defaultdict(list)
+        self.dra_cards: dict[str, UnitRow] = {}
+        self.dra_parts: dict[tuple[str, str], list[UnitRow]] = defaultdict(list)
+        self.by_key: dict[str, UnitRow] = {}
+        # Plain rows, not model instances: 65,000 devices of `large` in tens of MB (attributes are read only for the
+        # DRA cards' uuid, and dropped).
+        columns = ("pk", "key", "path", "mode", "unit", "node_name", "resource_name", "parent", "mig_profile",
+                   "reserved_for", "health", "unhealthy", "cards")
+        for values in Device.objects.filter(cluster=cluster).values_list(*columns).iterator(chunk_size=5000):
+            device = UnitRow(*values[:9], str(values[9] or ""), *values[10:])
             self.by_key[device.key] = device
             if device.path == Path.DEVICE_PLUGIN:
                 self.plugin[(device.node_name, device.resource_name)] = device
                 if device.mode in (Mode.WHOLE, Mode.TIME_SLICING, Mode.MPS):
                     self.plugin_cards[device.node_name].append(device)
-                continue
-            if device.mode == Mode.DRA_PARTITION:
+            elif device.mode == Mode.DRA_PARTITION:
                 self.dra_parts[(device.parent, device.mig_profile)].append(device)
-                continue
-            uuid = dra_attribute(device.attributes or {}, "uuid", device.driver)
-            if isinstance(uuid, str) and uuid:
-                self.dra_cards[uuid] = device
+        for key, driver, attributes in Device.objects.filter(cluster=cluster, path=Path.DRA).exclude(
+                mode=Mode.DRA_PARTITION).values_list("key", "driver", "attributes").iterator(chunk_size=2000):
+            uuid = dra_attribute(attributes or {}, "uuid", driver)
+            if isinstance(uuid, str) and uuid and key in self.by_key:
+                self.dra_cards[uuid] = self.by_key[key]
         self.pods: dict[tuple[str, str], list[Holding]] = defaultdict(list)
         self.claims: dict[str, list[Holding]] = defaultdict(list)
         rows = AllocationInterval.objects.filter(cluster=cluster, started_at__lt=end).filter(
@@ -265,7 +288,7 @@ class Join:
         return max(candidates, key=overlap) if candidates else None
 
     def resolve(self, labels: dict[str, str], start: dt.datetime, end: dt.datetime
-                ) -> tuple[Device | None, Holding | None]:
+                ) -> tuple[UnitRow | None, Holding | None]:
         """The unit a series belongs to and who held it in [start, end)."""
         uuid, profile = labels.get("UUID", ""), labels.get("GPU_I_PROFILE", "")
         namespace, pod = labels.get("namespace", ""), labels.get("pod", "")
@@ -275,7 +298,7 @@ class Join:
         if profile and (uuid, profile) in self.dra_parts:
             parts = self.dra_parts[(uuid, profile)]
             # the partition whose claim is in the pod's namespace (and, today, is reserved for the pod)
-            ranked = sorted(parts, key=lambda d: (pod not in str(d.reserved_for or ""), d.key))
+            ranked = sorted(parts, key=lambda d: (pod not in d.reserved_for, d.key))
             for device in ranked:
                 holder = self._dra_holder(device, namespace, start, end)
                 if holder is not None and (not namespace or holder.namespace == namespace):
@@ -300,7 +323,7 @@ class Join:
         holder = self._longest([h for h in held if h.resource == resource], start, end)
         return device, holder
 
-    def _dra_holder(self, device: Device, namespace: str, start: dt.datetime, end: dt.datetime) -> Holding | None:
+    def _dra_holder(self, device: UnitRow, namespace: str, start: dt.datetime, end: dt.datetime) -> Holding | None:
         holdings = self.claims.get(device.key, [])
         same = [h for h in holdings if h.namespace == namespace] if namespace else []
         return self._longest(same or holdings, start, end)
@@ -333,34 +356,45 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
         warnings.extend(answer.warnings)
         return answer.series
 
-    for labels, value in run(f"count_over_time({ENGINE}{sel}[1h])"):
-        rows.setdefault(_series_key(labels), Row(labels)).samples = int(value)
-    for labels, value in run(f"avg_over_time({ENGINE}{sel}[1h])"):
-        rows.setdefault(_series_key(labels), Row(labels)).util_mean = value
-    for labels, value in run(f"quantile_over_time(0.95, {ENGINE}{sel}[1h])"):
-        rows.setdefault(_series_key(labels), Row(labels)).util_p95 = value
-    # Cards without the profiling (DCP) fields: GPU_UTIL (%), only where the engine activity is missing.
-    for labels, value in run(f"count_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[1h])"):
-        row = rows.setdefault(_series_key(labels), Row(labels))
-        row.samples = row.samples or int(value)
-    for labels, value in run(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[1h]) / 100"):
-        row = rows.setdefault(_series_key(labels), Row(labels))
-        if row.util_mean is None:
-            row.util_mean = min(1.0, value)
-    for labels, value in run(f"quantile_over_time(0.95, DCGM_FI_DEV_GPU_UTIL{sel}[1h]) / 100"):
-        row = rows.get(_series_key(labels))
-        if row is not None and row.util_p95 is None:
-            row.util_p95 = min(1.0, value)
-    for labels, value in run(f"max_over_time(DCGM_FI_DEV_FB_USED{sel}[1h])"):
-        if _series_key(labels) in rows:
-            rows[_series_key(labels)].mem = value
-    # Card-level fields (temperature, energy, XID) carry no GPU_I_ID on MIG cards: spread over the card's rows.
+    util = "DCGM_FI_DEV_GPU_UTIL"
+    queries = [("samples", f"count_over_time({ENGINE}{sel}[1h])"), ("mean", f"avg_over_time({ENGINE}{sel}[1h])"),
+               ("p95", f"quantile_over_time(0.95, {ENGINE}{sel}[1h])"), ("mem", f"max_over_time(DCGM_FI_DEV_FB_USED{sel}[1h])"),
+               ("temp", f"max_over_time(DCGM_FI_DEV_GPU_TEMP{sel}[1h])"),
+               ("energy", f"increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{sel}[1h]) / 1000")]
+    # Cards without the profiling (DCP) fields fall back to GPU_UTIL (%): asked for only when some card lacks them
+    # (an instant check of the latest samples, cheap), so a fleet with DCP reads each sample once per aggregate.
+    if run(f"count({util}{sel} unless on (UUID, GPU_I_ID, namespace, pod) {ENGINE}{sel})"):
+        queries += [("util_samples", f"count_over_time({util}{sel}[1h])"),
+                    ("util_mean", f"avg_over_time({util}{sel}[1h]) / 100"),
+                    ("util_p95", f"quantile_over_time(0.95, {util}{sel}[1h]) / 100")]
     card_temp: dict[str, float] = {}
     card_energy: dict[tuple, float] = {}
-    for labels, value in run(f"max_over_time(DCGM_FI_DEV_GPU_TEMP{sel}[1h])"):
-        card_temp[labels.get("UUID", "")] = max(value, card_temp.get(labels.get("UUID", ""), value))
-    for labels, value in run(f"increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{sel}[1h]) / 1000"):
-        card_energy[_series_key(labels)] = value
+    # Two queries in flight (Prometheus evaluates them on its own cores); answers applied in order, one at a time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for (name, _), series in zip(queries, pool.map(lambda q: run(q[1]), queries), strict=True):
+            for labels, value in series:
+                key = _series_key(labels)
+                if name == "samples":
+                    rows.setdefault(key, Row(labels)).samples = int(value)
+                elif name in ("mean", "p95"):
+                    setattr(rows.setdefault(key, Row(labels)), "util_mean" if name == "mean" else "util_p95", value)
+                elif name == "mem" and key in rows:
+                    rows[key].mem = value
+                elif name == "temp":
+                    # card-level fields (temperature, energy, XID) carry no GPU_I_ID on MIG cards: spread below
+                    uuid = labels.get("UUID", "")
+                    card_temp[uuid] = max(value, card_temp.get(uuid, value))
+                elif name == "energy":
+                    card_energy[key] = value
+                elif name == "util_samples":
+                    row = rows.setdefault(key, Row(labels))
+                    row.samples = row.samples or int(value)
+                elif name == "util_mean":
+                    row = rows.setdefault(key, Row(labels))
+                    row.util_mean = min(1.0, value) if row.util_mean is None else row.util_mean
+                elif name == "util_p95" and key in rows and rows[key].util_p95 is None:
+                    rows[key].util_p95 = min(1.0, value)
+            del series
     xid: dict[str, set[int]] = defaultdict(set)
     answer = client.query_range(f"DCGM_FI_DEV_XID_ERRORS{sel} > 0", end - HOUR, end, 60)
     warnings.extend(answer.warnings)
@@ -408,14 +442,13 @@ def rollup_hour(cluster: Cluster, hour: dt.datetime, *, client: PrometheusClient
     resolved = [(row, *join.resolve(row.labels, start, end)) for row in rows.values()]
     offering_of = mappings({(cluster.pk, h.resource, h.node_name if h.holder_kind == "pod" else "")
                             for _, _, h in resolved if h is not None})
-    objects = []
-    for row, device, holder in resolved:
+    def build(row: Row, device: UnitRow | None, holder: Holding | None) -> UtilizationRollup:
         labels = row.labels
         offering_id = None
         if holder is not None:
             offering_id = offering_of.get((cluster.pk, holder.resource,
                                            holder.node_name if holder.holder_kind == "pod" else ""))
-        objects.append(UtilizationRollup(
+        return UtilizationRollup(
             cluster=cluster, hour=start, device_id=device.pk if device else None,
             device_key=device.key if device else "", unit_kind=device.mode if device else "",
             node_name=labels.get("Hostname", ""), gpu_uuid=labels.get("UUID", ""), gpu_index=labels.get("gpu", ""),
@@ -428,11 +461,14 @@ def rollup_hour(cluster: Cluster, hour: dt.datetime, *, client: PrometheusClient
             tenant_id=join.tenants.get(holder.namespace) if holder else None, offering_id=offering_id,
             samples=row.samples, coverage=min(1.0, row.samples / expected) if expected else 0,
             util_mean=row.util_mean, util_p95=row.util_p95, mem_used_mib=row.mem, energy_j=row.energy,
-            temp_max=row.temp, xid_codes=sorted(row.xid)))
+            temp_max=row.temp, xid_codes=sorted(row.xid))
+
+    # Model instances are built and inserted a batch at a time: memory stays flat whatever the fleet's size.
     with transaction.atomic():
         UtilizationRollup.objects.filter(cluster=cluster, hour=start).delete()
-        UtilizationRollup.objects.bulk_create(objects, batch_size=5000)
-    return {"hour": start.isoformat(), "series": len(rows), "rows": len(objects), "warnings": warnings,
+        for first in range(0, len(resolved), 5000):
+            UtilizationRollup.objects.bulk_create([build(*item) for item in resolved[first:first + 5000]])
+    return {"hour": start.isoformat(), "series": len(rows), "rows": len(resolved), "warnings": warnings,
             "unmatched": sum(1 for _, d, _ in resolved if d is None)}
 
 
