@@ -129,6 +129,9 @@ def main() -> int:
     hour = int(time.time() // 3600 - 2) * 3600
     workdir = Path(args.keep_data or tempfile.mkdtemp(prefix="portal-bench-prom-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    kept = sorted(workdir.glob("filled-*.json"))
+    if kept:  # the hour a previous run filled (within the retention), rather than filling another
+        hour = int(kept[-1].stem.removeprefix("filled-"))
     marker = workdir / f"filled-{hour}.json"
     fill = {}
     if marker.exists():
