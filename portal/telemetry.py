@@ -371,8 +371,6 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
     card_energy: dict[tuple, float] = {}
     # Two queries in flight (Prometheus evaluates them on its own cores); answers applied in order, one at a time.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        # XID codes seen: a range query of the non-zero samples only (step 60 s), alongside the others
-        xid_answer = pool.submit(client.query_range, f"DCGM_FI_DEV_XID_ERRORS{sel} > 0", end - HOUR, end, 60)
         for (name, _), series in zip(queries, pool.map(lambda q: run(q[1]), queries), strict=True):
             for labels, value in series:
                 key = _series_key(labels)
@@ -397,8 +395,8 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
                 elif name == "util_p95" and key in rows and rows[key].util_p95 is None:
                     rows[key].util_p95 = min(1.0, value)
             del series
-        answer = xid_answer.result()
     xid: dict[str, set[int]] = defaultdict(set)
+    answer = client.query_range(f"DCGM_FI_DEV_XID_ERRORS{sel} > 0", end - HOUR, end, 60)
     warnings.extend(answer.warnings)
     for labels, points in answer.series:
         xid[labels.get("UUID", "")].update(int(v) for _, v in points)
