@@ -2686,6 +2686,7 @@ class _Builder:
                 "workloads",
                 "quotas",
                 "objects",
+                "telemetry",
             },
             "scenario",
         )

@@ -21,6 +21,7 @@ from . import patch as patchmod
 from . import resources as res
 from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
 from .churn import Churn
+from .dcgm import Telemetry, TelemetryConfig
 from .faults import Faults
 from .quota import QuotaAdmission
 from .store import Admit, ApiError, Store, make_filter, not_found
@@ -305,6 +306,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             if method == "GET" and self._discovery(url.path.rstrip("/") or "/"):
                 return
+            if method == "GET" and parts and parts[0] == "dcgm":
+                self._dcgm(parts)
+                return
             route = self._route(parts)
             if route is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -332,6 +336,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {e!r}"))
             except OSError:
                 self.close_connection = True
+
+    def _dcgm(self, parts: list[str]) -> None:
+        """`/dcgm/<node>/metrics`: the node's dcgm-exporter; `/dcgm/targets`: file_sd targets of every GPU node."""
+        if parts == ["dcgm", "targets"]:
+            self._send_json(200, self.sim.dcgm_targets())
+            return
+        body = self.sim.telemetry.render(parts[1]) if len(parts) == 3 and parts[2] == "metrics" else None
+        if body is None:
+            self._send(404, b"no such node\n", "text/plain; charset=utf-8")
+            return
+        self._send(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _discovery(self, path: str) -> bool:
         api = self.sim.api
@@ -787,6 +802,24 @@ class Simulator:
         self._inline = orjson.dumps(objects) if not isinstance(scenario, str | None) else None
         self.store.load([o for o in objects if res.storage_group_served(self.api, o)])
         self.quota.scoped_usage()
+        self.telemetry = Telemetry(self.store, seed, TelemetryConfig.parse(self._telemetry_spec(scenario)))
+
+    @staticmethod
+    def _telemetry_spec(scenario) -> dict | None:
+        """The scenario's `telemetry:` section (dcgm-exporter values), if it is a scenario spec."""
+        if isinstance(scenario, dict) and "kind" not in scenario:
+            return scenario.get("telemetry")
+        if isinstance(scenario, str | Path) and scenario != "empty":
+            from .scenario import _read
+
+            return _read(scenario).get("telemetry")
+        return None
+
+    def dcgm_targets(self, host: str | None = None) -> list[dict]:
+        """Prometheus file_sd entries: one target per GPU node, its metrics path in `__metrics_path__`."""
+        address = f"{host or self.host}:{self.port}"
+        return [{"targets": [address], "labels": {"__metrics_path__": f"/dcgm/{node}/metrics", "node": node}}
+                for node in self.telemetry.gpu_nodes()]
 
     def serve_api(self, name: str) -> None:
         """Switch the API profile while serving (a control-plane upgrade or downgrade): the stored objects stay, the

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 
 from audit.admin import SECRET_REPLACED, SECRET_SET, AuditedModelAdmin
 from audit.services import audit_record
-from portal.models import AccessPolicy, EnforcementSettings, QuotaOwnership, QuotaPolicy
+from portal.models import AccessPolicy, EnforcementSettings, IdlePolicy, QuotaOwnership, QuotaPolicy, TelemetrySource
 
 # The policies' verbs predate audit.admin and are kept, so that searches and SIEM rules on them keep matching.
 SAVED_VERBS = {"add": "saved", "change": "saved", "delete": "deleted"}
@@ -45,6 +45,27 @@ class AccessPolicyAdmin(AuditedModelAdmin):
     audit_entity = "access_policy"
     audit_verbs = SAVED_VERBS
     list_display = ("kind", "max_window", "approvals", "review_timeout", "delete_claims_at_end")
+
+
+@admin.register(TelemetrySource)
+class TelemetrySourceAdmin(AuditedModelAdmin):
+    """Where a cluster's DCGM metrics are read (docs/utilization.md); the state fields are the refresh's."""
+
+    audit_entity = "telemetry_source"
+    list_display = ("cluster", "prometheus_url", "cluster_label", "state", "checked_at", "rolled_up_to")
+    fields = ("cluster", "prometheus_url", "cluster_label", "state", "message", "checked_at", "last_success_at",
+              "rolled_up_to")
+    readonly_fields = ("state", "message", "checked_at", "last_success_at", "rolled_up_to")
+    # Prometheus inside a cluster network is usually plain http; a URL without a scheme means that.
+    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(AuditedModelAdmin):
+    """Per offering: below which engine activity, for how many hours, a held unit is idle."""
+
+    audit_entity = "idle_policy"
+    list_display = ("offering", "threshold", "hours")
 
 
 @admin.register(EnforcementSettings)

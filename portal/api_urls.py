@@ -5,6 +5,7 @@ from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewS
 from portal.api import TenantViewSet
 from portal.chargeback_api import ChargebackView, FocusExportView
 from portal.quota_api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
+from portal.telemetry_api import DeviceUtilizationView, UtilizationView
 
 app_name = "portal-api"
 router = DefaultRouter()
@@ -19,5 +20,7 @@ router.register("violations", ViolationViewSet, basename="violation")
 urlpatterns = [
     path("chargeback/", ChargebackView.as_view(), name="chargeback"),
     path("chargeback/focus/", FocusExportView.as_view(), name="chargeback-focus"),
+    path("utilization/", UtilizationView.as_view(), name="utilization"),
+    path("devices/<int:pk>/utilization/", DeviceUtilizationView.as_view(), name="utilization-device"),
     *router.urls,
 ]

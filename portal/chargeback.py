@@ -288,6 +288,11 @@ class Piece:
     admin_access: bool
     unit_hours: Decimal
     cost: Decimal
+    # From the telemetry rollups (portal/telemetry.py), over the hours of the piece that have them: the unit-hours
+    # measured, and the cost split into the busy share (mean engine activity) and the idle rest.
+    measured_unit_hours: Decimal = Decimal(0)
+    used_cost: Decimal = Decimal(0)
+    idle_cost: Decimal = Decimal(0)
 
     @property
     def unpriced(self) -> bool:
@@ -348,6 +353,46 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
     return found
 
 
+def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int]) -> dict[int, list[tuple[dt.datetime,
+                                                                                                    float]]]:
+    """Per interval, its measured hours and the busy fraction (sample-weighted mean engine activity of the DCGM
+    entities it held). Hours without rollups, or whose reads were NaN, are absent: never guessed."""
+    from django.db.models import F, Sum
+
+    from portal.models import UtilizationRollup
+
+    out: dict[int, list[tuple[dt.datetime, float]]] = defaultdict(list)
+    if not interval_ids:
+        return out
+    rows = UtilizationRollup.objects.filter(hour__gte=_floor(start, "hour"), hour__lt=end, interval__isnull=False,
+                                            util_mean__isnull=False, samples__gt=0).values(
+        "interval_id", "hour").annotate(weighted=Sum(F("util_mean") * F("samples")), samples=Sum("samples"))
+    for row in rows.iterator(chunk_size=5000):
+        if row["interval_id"] in interval_ids and row["samples"]:
+            out[row["interval_id"]].append((row["hour"], min(1.0, max(0.0, row["weighted"] / row["samples"]))))
+    for hours in out.values():
+        hours.sort()
+    return out
+
+
+def _efficiency(piece: Piece, hours: list[tuple[dt.datetime, float]]) -> None:
+    measured, used, idle = Decimal(0), Decimal(0), Decimal(0)
+    units = piece.quantity * piece.share
+    for hour, busy in hours:
+        lo, hi = max(hour, piece.start), min(hour + dt.timedelta(hours=1), piece.end)
+        if hi <= lo:
+            continue
+        unit_hours = units * _hours(lo, hi)
+        measured += unit_hours
+        if piece.unit_price:
+            fraction = Decimal(repr(round(busy, 6)))
+            used += piece.unit_price * unit_hours * fraction
+            idle += piece.unit_price * unit_hours * (1 - fraction)
+    piece.measured_unit_hours = measured.quantize(PRECISION, ROUND_HALF_EVEN)
+    piece.used_cost = used.quantize(PRECISION, ROUND_HALF_EVEN)
+    piece.idle_cost = idle.quantize(PRECISION, ROUND_HALF_EVEN)
+
+
 def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, cluster: str | None = None,
            tenant: str | None = None, now: dt.datetime | None = None) -> list[Piece]:
     """Every priced piece of every interval overlapping [start, end) that the scope covers."""
@@ -360,6 +405,7 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
     owners = {(cid, ns): (slug, cc) for cid, ns, slug, cc in TenantNamespace.objects.values_list(
         "cluster_id", "namespace", "tenant__slug", "tenant__cost_center")}
     steps = buckets(start, end, step)
+    busy = busy_hours(start, end, {i["id"] for i in intervals})
     out: list[Piece] = []
     append, quantize, zero = out.append, Decimal.quantize, Decimal(0)
     for interval in intervals:
@@ -390,6 +436,8 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
                     interval["resource"], interval["node_name"], bucket_start, piece_start, piece_end, quantity,
                     share, price, period.currency if period else "", admin, quantize(used, PRECISION, ROUND_HALF_EVEN),
                     zero if price is None else quantize(price * used, PRECISION, ROUND_HALF_EVEN)))
+                if interval["id"] in busy:
+                    _efficiency(out[-1], busy[interval["id"]])
     return out
 
 
@@ -404,9 +452,13 @@ def aggregate(all_pieces: list[Piece], dimensions: tuple[str, ...], *,
         if row is None:
             row = sums[key] = {"period_start": start, **{d: getattr(piece, d) for d in dimensions},
                                "currency": piece.currency, "unit_hours": Decimal(0), "cost": Decimal(0),
-                               "admin_unit_hours": Decimal(0), "unpriced_unit_hours": Decimal(0)}
+                               "admin_unit_hours": Decimal(0), "unpriced_unit_hours": Decimal(0),
+                               "measured_unit_hours": Decimal(0), "used_cost": Decimal(0), "idle_cost": Decimal(0)}
         row["unit_hours"] += piece.unit_hours
         row["cost"] += piece.cost
+        row["measured_unit_hours"] += piece.measured_unit_hours
+        row["used_cost"] += piece.used_cost
+        row["idle_cost"] += piece.idle_cost
         if piece.admin_access:
             row["admin_unit_hours"] += piece.unit_hours
         elif piece.unpriced:
@@ -452,7 +504,9 @@ def piece_json(piece: Piece) -> dict[str, Any]:
             "resource": piece.resource, "node_name": piece.node_name, "period_start": piece.period_start,
             "start": piece.start, "end": piece.end, "quantity": piece.quantity, "share": piece.share,
             "unit_price": piece.unit_price, "currency": piece.currency, "admin_access": piece.admin_access,
-            "unpriced": piece.unpriced, "unit_hours": piece.unit_hours, "cost": piece.cost}
+            "unpriced": piece.unpriced, "unit_hours": piece.unit_hours, "cost": piece.cost,
+            "measured_unit_hours": piece.measured_unit_hours, "used_cost": piece.used_cost,
+            "idle_cost": piece.idle_cost}
 
 
 # ------------------------------------------------------------------------------------------------ FOCUS
@@ -461,7 +515,8 @@ def piece_json(piece: Piece) -> dict[str, Any]:
 FOCUS_COLUMNS = ("BilledCost", "EffectiveCost", "ChargePeriodStart", "ChargePeriodEnd", "BillingCurrency",
                  "ResourceId", "ResourceName", "SkuId", "PricingQuantity", "PricingUnit", "ConsumedQuantity",
                  "ConsumedUnit", "ChargeCategory", "Tags", "x_tenant", "x_namespace", "x_offering", "x_cluster",
-                 "x_cost_center", "x_admin_access", "x_unpriced")
+                 "x_cost_center", "x_admin_access", "x_unpriced", "x_measured_quantity", "x_used_cost",
+                 "x_idle_cost")
 
 
 def focus_rows(all_pieces: list[Piece]) -> list[dict[str, Any]]:
@@ -482,11 +537,15 @@ def focus_rows(all_pieces: list[Piece]) -> list[dict[str, Any]]:
                 "ConsumedQuantity": Decimal(0), "ConsumedUnit": "unit-hour", "ChargeCategory": "Usage",
                 "Tags": json.dumps(tags, sort_keys=True), "x_tenant": piece.tenant, "x_namespace": piece.namespace,
                 "x_offering": piece.offering, "x_cluster": piece.cluster, "x_cost_center": piece.cost_center,
-                "x_admin_access": piece.admin_access, "x_unpriced": piece.unpriced}
+                "x_admin_access": piece.admin_access, "x_unpriced": piece.unpriced,
+                "x_measured_quantity": Decimal(0), "x_used_cost": Decimal(0), "x_idle_cost": Decimal(0)}
         row["BilledCost"] += piece.cost
         row["EffectiveCost"] += piece.cost
         row["PricingQuantity"] += piece.unit_hours
         row["ConsumedQuantity"] += piece.unit_hours
+        row["x_measured_quantity"] += piece.measured_unit_hours
+        row["x_used_cost"] += piece.used_cost
+        row["x_idle_cost"] += piece.idle_cost
         row["ChargePeriodStart"] = min(row["ChargePeriodStart"], piece.start)
         row["ChargePeriodEnd"] = max(row["ChargePeriodEnd"], piece.end)
         row["BillingCurrency"] = row["BillingCurrency"] or piece.currency

@@ -20,6 +20,18 @@ from portal.csv_export import CSVRenderer
 from portal.models import sees_all_tenants
 
 
+def _efficiency_fields() -> tuple[serializers.DecimalField, ...]:
+    """measured_unit_hours, used_cost, idle_cost (docs/chargeback.md, "Efficiency")."""
+    return (
+        serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+            "Unit-hours with DCGM telemetry (rollups); used_cost + idle_cost is the cost of these only.")),
+        serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+            "Cost of the measured unit-hours times the mean engine activity (busy share).")),
+        serializers.DecimalField(max_digits=20, decimal_places=6, help_text=(
+            "Cost of the measured unit-hours the holder allocated but left idle (1 - busy share).")),
+    )
+
+
 class ChargebackRowSerializer(serializers.Serializer):
     period_start = serializers.DateTimeField()
     tenant = serializers.CharField(required=False)
@@ -32,6 +44,7 @@ class ChargebackRowSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
     admin_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     unpriced_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours, used_cost, idle_cost = _efficiency_fields()
 
 
 class ChargebackTotalSerializer(serializers.Serializer):
@@ -40,6 +53,7 @@ class ChargebackTotalSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
     admin_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     unpriced_unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours, used_cost, idle_cost = _efficiency_fields()
 
 
 class IdleRowSerializer(serializers.Serializer):
@@ -73,6 +87,7 @@ class PieceSerializer(serializers.Serializer):
     unpriced = serializers.BooleanField()
     unit_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
+    measured_unit_hours, used_cost, idle_cost = _efficiency_fields()
 
 
 class ChargebackReportSerializer(serializers.Serializer):

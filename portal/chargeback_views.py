@@ -77,6 +77,8 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         for row in monthly:  # names for people; the CSV keeps the slugs
             row["tenant_obj"] = tenants.get(row.get("tenant") or "")
             row["offering_name"] = offerings.get(row.get("offering") or "", row.get("offering") or "")
+            measured = row["used_cost"] + row["idle_cost"]
+            row["efficiency"] = float(100 * row["used_cost"] / measured) if measured else None
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")

@@ -127,7 +127,20 @@ class PortalCollector(Collector):
                 n=Count("pk")):
             violations.add_metric([kind], count)
         yield from (quota, grants, violations)
+        yield self._idle_units()
         yield from self._webhooks()
+
+    @staticmethod
+    def _idle_units() -> GaugeMetricFamily:
+        """Allocated-but-idle DCGM entities (cards or MIG instances) right now, from the telemetry findings."""
+        from portal.models import TelemetryFinding
+
+        family = GaugeMetricFamily("portal_idle_allocated_units", "Allocated accelerator units (cards or MIG "
+                                   "instances) idle per the telemetry findings.", labels=["tenant", "offering"])
+        for tenant, offering, count in TelemetryFinding.objects.filter(kind=TelemetryFinding.Kind.IDLE).values_list(
+                "tenant__slug", "offering__slug").annotate(n=Count("pk")):
+            family.add_metric([tenant or "", offering or ""], count)
+        return family
 
     @staticmethod
     def _allocation_latency(now: dt.datetime) -> HistogramMetricFamily:

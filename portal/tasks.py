@@ -68,3 +68,21 @@ def access_reconcile_task() -> dict[str, dict[str, int]]:
     from portal.violations import violations_scan
 
     return {"expired": access_expire_due(), "confirmed": grants_confirm(), "violations": violations_scan()}
+
+
+@shared_task(name="portal.telemetry_refresh", ignore_result=True)
+def telemetry_refresh_task() -> dict[str, int]:
+    """Beat: fan out one telemetry rollup per cluster."""
+    from portal.telemetry import telemetry_refresh
+
+    return telemetry_refresh()
+
+
+@shared_task(name="portal.telemetry_cluster_refresh", ignore_result=True, soft_time_limit=600, time_limit=660)
+def telemetry_cluster_refresh_task(cluster_id: int) -> dict:
+    """Roll up a cluster's finished hours and refresh its telemetry findings (Prometheus trouble is a state)."""
+    from inventory.models import Cluster
+    from portal.telemetry import telemetry_refresh_cluster
+
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    return telemetry_refresh_cluster(cluster) if cluster else {"state": "gone"}

@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from portal import chargeback_views, views
+from portal import chargeback_views, telemetry_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -9,4 +9,9 @@ urlpatterns = [
     path("quota/", include("portal.quota_urls")),
     path("access/", include("portal.access_urls")),
     path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),
+    path("utilization/", telemetry_views.MyGpusView.as_view(), name="utilization"),
+    path("utilization/devices/<int:pk>/", telemetry_views.DeviceUtilizationPage.as_view(),
+         name="device_utilization"),
+    path("utilization/offerings/<slug:slug>/", telemetry_views.OfferingUtilizationPage.as_view(),
+         name="offering_utilization"),
 ]

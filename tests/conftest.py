@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -102,3 +102,28 @@ def live_sharing(transactional_db: None) -> Iterator[tuple[Any, Any]]:
     """kubesim's "sharing" scenario (renamed and strict time-slicing, MPS, DRA-backed nvidia.com/gpu) synced."""
     with _live("sharing") as live:
         yield live
+
+
+@pytest.fixture
+def prometheus(tmp_path: Any) -> Iterator[Callable[..., Any]]:
+    """Start Debian's Prometheus on an ephemeral port (`prometheus(scrape_interval=..., backfill=[files])`), its
+    config and data under tmp_path; every instance started is stopped at the end."""
+    from kubesim.prometheus import Prometheus
+    from tests.tools import require_tool
+
+    require_tool("prometheus")
+    started: list[Prometheus] = []
+
+    def start(*, sim: Any = None, cluster: str = "", scrape_interval: str = "1s",
+              backfill: tuple[Any, ...] = ()) -> Prometheus:
+        prom = Prometheus(tmp_path / f"prom{len(started)}", scrape_interval=scrape_interval)
+        for path in backfill:
+            prom.backfill(path)
+        if sim is not None:
+            prom.write_targets(sim.dcgm_targets(), cluster)
+        started.append(prom)
+        return prom.start()
+
+    yield start
+    for prom in started:
+        prom.stop()

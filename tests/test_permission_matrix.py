@@ -141,7 +141,8 @@ def world() -> dict[str, Any]:
     objects = {
         "inventory:device_detail": device.pk, "inventory:cluster_detail": cluster.pk,
         "inventory:cluster_sync_state": cluster.pk, "inventory:node_detail": node.pk,
-        "inventory:node_devices": node.pk, "catalog:pod_explain": pod.pk, "catalog:price_delete": price.pk,
+        "inventory:node_devices": node.pk, "portal:device_utilization": device.pk,
+        "portal-api:utilization-device": device.pk, "catalog:pod_explain": pod.pk, "catalog:price_delete": price.pk,
         "catalog:proposal_decide": offering.pk, "portal:tenant_detail": tenant_b.slug,
         "portal:quota_request_detail": quota.pk, "portal:access_request_detail": access.pk,
         "portal:access_policy_manifest": cluster.name,
@@ -269,6 +270,10 @@ EXPECTED: dict[str, dict[str, int]] = {
     "portal:access_break_glass": staff_page(ADMIN),
     "portal:access_policy_manifest": staff_page(ADMIN),
     "portal:oversubscription": staff_page(APPROVERS),
+    # Utilisation pages: everyone, scoped to their tenants' namespaces (a device's or offering's rows included).
+    "portal:utilization": page(),
+    "portal:device_utilization": page(),
+    "portal:offering_utilization": page(),
     # Audit pages: auditors (platform admins and finance) only.
     "audit:event_list": staff_page(AUDITORS),
     "audit:event_detail": staff_page(AUDITORS),
@@ -305,6 +310,10 @@ EXPECTED: dict[str, dict[str, int]] = {
     # Chargeback: everyone (their own tenants'), tokens need chargeback:read; ?window= is required.
     "portal-api:chargeback": api("chargeback:read", **{"*": 400, "admin": 400}),
     "portal-api:chargeback-focus": api("chargeback:read", **{"*": 400, "admin": 400}),
+    # Utilisation: everyone (their own tenants' rows), tokens need inventory:read; ?window= is required for the
+    # report, a device's history defaults to the last day.
+    "portal-api:utilization": api(**{"*": 400, "admin": 400}),
+    "portal-api:utilization-device": api(),
     # Audit API: auditors; tokens need audit:read.
     **{f"audit-api:{name}": api("audit:read", **{"*": 403}) | {"admin": 200, "finance": 200}
        for name in ("audit-event-list", "audit-event-detail", "audit-event-export")},

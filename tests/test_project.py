@@ -108,6 +108,15 @@ def _demo_child(demo_pid: int, role: str) -> int | None:
         if "celery" in args and f" {role} " in f"{args} ":
             return int(pid)
     return None
+def _login(base: str, username: str) -> requests.Session:
+    session = requests.Session()
+    page = session.get(f"{base}/login/", timeout=10)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert csrf is not None
+    session.post(f"{base}/login/", data={"username": username, "password": "demo",
+                                         "csrfmiddlewaretoken": csrf.group(1)},
+                 headers={"Referer": f"{base}/login/"}, timeout=10)
+    return session
 
 
 @pytest.mark.slow
@@ -158,6 +167,15 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the killed worker was not restarted"
             time.sleep(0.5)
         assert "exited (-9); restarting it" in (tmp_path / "demo.log").read_text()
+        # Telemetry out of the box (Prometheus is a test prerequisite): live utilisation with the idle fine-tune
+        # and its idle finding for the member; XID findings for the platform admin.
+        assert "Telemetry: Prometheus" in output
+        utilization = session.get(f"{base}/utilization/", timeout=30).text
+        assert "llm-finetune-small" in utilization
+        assert "data-idle" in utilization
+        assert 'data-kind="allocated-idle"' in utilization
+        admin = _login(base, "admin")
+        assert 'data-kind="xid"' in admin.get(f"{base}/utilization/", timeout=30).text
     finally:
         os.killpg(demo.pid, signal.SIGINT)
         try:

@@ -1,4 +1,4 @@
-"""System tools the suite needs beyond the virtualenv (Debian's Chromium, docker-compose, kubectl).
+"""System tools the suite needs beyond the virtualenv (Debian's Chromium, docker-compose, Prometheus, kubectl).
 
 A test that needs a missing tool FAILS with the command that installs it: `make test` installs them first
 (scripts/test-prereqs). A developer without them may opt out explicitly with PORTAL_TEST_SKIP_MISSING_TOOLS=1; such
@@ -19,6 +19,7 @@ CHROMIUM = os.environ.get("PORTAL_CHROMIUM", "/usr/bin/chromium")
 INSTALL = {
     "chromium": "sudo apt-get install -y chromium",
     "docker-compose": "sudo apt-get install -y docker-compose",
+    "prometheus": "sudo apt-get install -y prometheus",
     "kubectl": "install kubectl as https://kubernetes.io/docs/tasks/tools/ describes",
 }
 

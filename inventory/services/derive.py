@@ -177,6 +177,9 @@ def _attr(attributes: dict[str, Any], name: str, driver: str) -> Any:
     return None
 
 
+dra_attribute = _attr  # public name for other apps (telemetry maps DRA devices by their `uuid` attribute)
+
+
 def _capacity_value(capacities: dict[str, Any], name: str, driver: str) -> Any:
     raw = capacities.get(name)
     if raw is None:

@@ -238,6 +238,9 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-offerings-retire-due": {"task": "catalog.offerings_retire_due", "schedule": 3600.0},
     "catalog-discovery": {"task": "catalog.discovery_run", "schedule": 3600.0},
     "portal-tenant-namespaces": {"task": "portal.tenant_namespaces_sync", "schedule": 60.0},
+    # Telemetry: one rollup/findings task per cluster (docs/utilization.md).
+    "portal-telemetry-refresh": {"task": "portal.telemetry_refresh",
+                                 "schedule": env.float("PORTAL_TELEMETRY_REFRESH_SECONDS", default=300.0)},
     # Applying quota requests become active once the sync shows them; expiry; re-enqueue lost applies.
     "portal-quota-confirm": {"task": "portal.quota_confirm", "schedule": env.float("PORTAL_QUOTA_CONFIRM_SECONDS",
                                                                                    default=10.0)},
@@ -250,6 +253,14 @@ CELERY_BEAT_SCHEDULE = {
                                        "schedule": env.float("PORTAL_WEBHOOK_DISPATCH_SECONDS", default=5.0)},
     "integrations-webhook-deliveries-prune": {"task": "integrations.webhook_deliveries_prune", "schedule": 86400.0},
 }
+# Telemetry (docs/utilization.md): dcgm-exporter metrics read through a Prometheus-compatible HTTP API.
+PORTAL_PROMETHEUS_URL = env("PORTAL_PROMETHEUS_URL", default="")
+PORTAL_PROMETHEUS_CONNECT_TIMEOUT = env.float("PORTAL_PROMETHEUS_CONNECT_TIMEOUT", default=3.0)
+PORTAL_PROMETHEUS_READ_TIMEOUT = env.float("PORTAL_PROMETHEUS_READ_TIMEOUT", default=30.0)
+PORTAL_TELEMETRY_SCRAPE_SECONDS = env.float("PORTAL_TELEMETRY_SCRAPE_SECONDS", default=15.0)
+PORTAL_TELEMETRY_BACKFILL_HOURS = env.int("PORTAL_TELEMETRY_BACKFILL_HOURS", default=6)
+PORTAL_IDLE_THRESHOLD = env.float("PORTAL_IDLE_THRESHOLD", default=0.05)
+PORTAL_IDLE_HOURS = env.int("PORTAL_IDLE_HOURS", default=1)
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)
 # Quota approval thresholds apply to a namespace's total increase of an offering within this many days (pending and
 # granted requests), so ten small requests need the approvals one big request would (docs/quota.md).

@@ -26,7 +26,15 @@ from django.urls import reverse
 
 from audit.models import AuditEvent
 from inventory.models import Cluster, SyncIssue
-from portal.models import AccessKind, AccessPolicy, EnforcementSettings, QuotaOwnership, QuotaPolicy
+from portal.models import (
+    AccessKind,
+    AccessPolicy,
+    EnforcementSettings,
+    IdlePolicy,
+    QuotaOwnership,
+    QuotaPolicy,
+    TelemetrySource,
+)
 from tests.audit.admin_forms import FormData, submit
 from tests.catalog.factories import OfferingFactory
 from tests.inventory.factories import ClusterFactory
@@ -122,6 +130,17 @@ RECIPES: dict[str, Recipe] = {
         make=lambda: EnforcementSettings.objects.create(cluster=ClusterFactory()),
         add=lambda: {"cluster": str(ClusterFactory().pk), "manage_admission_policy": "on"},
         changes=[lambda: {"manage_admission_policy": None}],
+    ),
+    "portal.telemetrysource": Recipe(
+        make=lambda: TelemetrySource.objects.create(cluster=ClusterFactory()),
+        add=lambda: {"cluster": str(ClusterFactory().pk), "prometheus_url": "http://prometheus.example:9090",
+                     "cluster_label": "cluster"},
+        changes=[lambda: {"prometheus_url": "http://thanos.example:10902", "cluster_label": ""}],
+    ),
+    "portal.idlepolicy": Recipe(
+        make=lambda: IdlePolicy.objects.create(offering=OfferingFactory(resource_name=GPU), threshold=0.05),
+        add=lambda: {"offering": str(OfferingFactory(resource_name=GPU).pk), "threshold": "0.1", "hours": "2"},
+        changes=[lambda: {"threshold": "0.02"}],
     ),
     "inventory.cluster": Recipe(
         make=lambda: ClusterFactory(kubeconfig=kubeconfig(TOKEN_A)),

@@ -31,7 +31,8 @@ WIDTHS = (1366, 390)
 COMMON = ["/catalog/", "/catalog/o/h100-80gb/", "/catalog/generate/?offering=h100-80gb", "/catalog/validate/",
           "/catalog/compare/?o=h100-80gb&o=a100-40gb", "/inventory/accelerators/", "/inventory/capacity/",
           "/inventory/pending-pods/", "/inventory/findings/", "/inventory/nodes/", "/inventory/clusters/",
-          "/tenants/", "/quota/inbox/", "/account/tokens/", "/chargeback/"]
+          "/tenants/", "/quota/inbox/", "/account/tokens/", "/chargeback/", "/utilization/",
+          "/utilization/offerings/h100-80gb/"]
 PAGES = {
     "mia": [*COMMON, "/quota/", "/access/"],
     "lena": ["/quota/", "/access/", "/catalog/"],

@@ -43,6 +43,32 @@ def banner(web_port: int, sim_port: int, kubeconfig: Path) -> str:
             "Ctrl-C stops everything.\n")
 
 
+def _demo_telemetry(var: Path, scenario: str, sim_port: int) -> tuple[Any, str]:
+    """Debian's Prometheus scraping the simulator's dcgm-exporter endpoints, with the hour before this one (and
+    this one so far) backfilled from the same scenario so the first rollup has a full hour; (None, why) without it."""
+    import json
+    import shutil
+    import urllib.request
+
+    from kubesim import Simulator
+    from kubesim.prometheus import Prometheus, installed, openmetrics_history
+
+    if not installed():
+        return None, "prometheus is not installed (apt-get install prometheus): this demo runs without telemetry"
+    workdir = var / "prometheus"
+    shutil.rmtree(workdir, ignore_errors=True)
+    prom = Prometheus(workdir)
+    now = time.time()
+    with Simulator(scenario) as history_sim:
+        openmetrics_history(history_sim, (now // 3600 - 1) * 3600, now, 15, workdir / "history.om", cluster="demo",
+                            instance=f"127.0.0.1:{sim_port}")
+    prom.backfill(workdir / "history.om")
+    (workdir / "history.om").unlink()
+    with urllib.request.urlopen(f"http://127.0.0.1:{sim_port}/dcgm/targets", timeout=10) as response:
+        prom.write_targets(json.loads(response.read()), "demo")
+    return prom.start(), ""
+
+
 class Command(BaseCommand):
     help = "Run the demo: simulator + Celery worker + beat + web server on http://127.0.0.1:8000."
 
@@ -69,6 +95,28 @@ class Command(BaseCommand):
                 args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
                 self.stderr.write(f"demo: {' '.join(args[:6])} … exited ({code}); restarting it")
                 procs[i] = subprocess.Popen(proc.args, env=env, start_new_session=True)
+    def _telemetry(self, var: Path, scenario: str, sim_port: int) -> Any:
+        """Start Prometheus for the demo cluster and roll the backfilled hour up once (beat does it from then on)."""
+        from inventory.models import Cluster
+        from portal.models import TelemetrySource
+        from portal.telemetry import telemetry_refresh_cluster
+
+        try:
+            prom, why = _demo_telemetry(var, scenario, sim_port)
+        except Exception as exc:  # noqa: BLE001 - the demo runs on without telemetry, saying why
+            prom, why = None, f"telemetry unavailable: {exc}"
+        cluster = Cluster.objects.get(name="demo")
+        if prom is None:
+            self.stdout.write(self.style.WARNING(f"Telemetry: {why}."))
+            TelemetrySource.objects.update_or_create(cluster=cluster, defaults={
+                "prometheus_url": "", "state": TelemetrySource.State.UNCONFIGURED, "message": why})
+            return None
+        TelemetrySource.objects.update_or_create(cluster=cluster, defaults={"prometheus_url": prom.url,
+                                                                            "rolled_up_to": None})
+        result = telemetry_refresh_cluster(cluster)
+        self.stdout.write(f"Telemetry: Prometheus {prom.url} scraping the simulator's dcgm-exporter endpoints; "
+                          f"{result.get('hours', 0)} hour(s) rolled up, state {result['state']}.")
+        return prom
 
     def handle(self, *args: Any, **options: Any) -> None:
         var = Path(settings.VAR_DIR)
@@ -98,6 +146,7 @@ class Command(BaseCommand):
                     os.killpg(proc.pid, signal.SIGKILL)
 
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        prometheus = None
         try:
             spawn(python, manage, "kubesim", "--scenario", options["scenario"], "--port", str(options["sim_port"]),
                   "--write-kubeconfig", str(kubeconfig), "--churn", str(options["churn"]))
@@ -116,6 +165,7 @@ class Command(BaseCommand):
             call_command("catalog_seed")  # curated demo offerings with prices (idempotent)
             call_command("catalog_refresh", "--discover")  # proposals for the rest, and live capacity
             call_command("demo_history")  # 14 days of hourly capacity samples, so the charts show a curve
+            prometheus = self._telemetry(var, options["scenario"], options["sim_port"])
             celery = [python, "-m", "celery", "-A", "portal"]
             # Demo machines often run everything as root; Celery's warning about it would bury the banner.
             env["PYTHONWARNINGS"] = "ignore:You're running the worker with superuser privileges"
@@ -135,3 +185,5 @@ class Command(BaseCommand):
             self.stdout.write("\nstopping…")
         finally:
             stop_all()
+            if prometheus is not None:
+                prometheus.stop()
