@@ -1,11 +1,14 @@
 """Browser: the pages a product designer signs off (issue 21 §2) on the demo scenario — the generator opens on valid
 YAML, the validator is linked, styled and lists every error coloured by severity, the explainer never sends a
-whole-card workload to shared units. Each test leaves an `<item>-after.png` in docs/screenshots/ (the `-before` ones
-were taken on the code before the change)."""
+whole-card workload to shared units. Each test takes an `<item>-after.png`: into docs/screenshots/ when
+PORTAL_SCREENSHOTS=1 (to refresh the committed ones; the `-before` ones were taken on the code before the change),
+else into a temporary directory, so a test run never changes the checkout."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import tempfile
 import re
 from pathlib import Path
 
@@ -20,7 +23,8 @@ from tests.portal.factories import give_namespaces
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SCREENSHOTS = (Path(__file__).resolve().parents[2] / "docs" / "screenshots" if os.environ.get("PORTAL_SCREENSHOTS") == "1"
+               else Path(tempfile.gettempdir()) / "portal-screenshots")
 
 
 @pytest.fixture
@@ -52,6 +56,7 @@ def _ask(lead, cluster, units: int, justification: str = "fine-tuning"):
 
 
 def _after(page: Page, item: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / f"{item}-after.png", full_page=True)
 
 
