@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import tempfile
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
