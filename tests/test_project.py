@@ -234,3 +234,10 @@ def test_readme_first_screen_tells_a_newcomer_everything_and_links_only_inside_t
         resolved = (ROOT / target).resolve()
         assert resolved.is_relative_to(ROOT), f"README links outside the repository: {target}"
         assert resolved.exists(), f"README links to a missing file: {target}"
+
+
+def test_no_template_has_a_multi_line_comment_tag() -> None:
+    """Django's {# #} ends at the line's end: a comment spread over lines is printed into the page."""
+    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "templates").rglob("*.html")
+                 for line in path.read_text(encoding="utf-8").splitlines() if "{#" in line and "#}" not in line]
+    assert not offenders, f"use {{% comment %}} for comments over several lines: {offenders}"

@@ -364,3 +364,56 @@ def test_the_demo_capacity_chart_shows_two_weeks_of_history(browser: Browser, li
     assert len({p.split(",")[1] for p in points}) > 5, "a curve, not a flat line"
     _after(page, "capacity-history")
     page.context.close()
+
+
+def _tab_to(page: Page, selector: str, *, limit: int = 80) -> None:
+    """Press Tab until the focused element matches `selector` (a keyboard user's way there), failing after `limit`."""
+    target = page.locator(selector).first
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if target.evaluate("el => el === document.activeElement"):
+            return
+    raise AssertionError(f"{selector} cannot be reached with Tab within {limit} presses")
+
+
+def test_keyboard_only_generate_validate_then_request_quota(browser: Browser, live_server, lena) -> None:
+    """The newcomer's path without a mouse: generator → validator → quota request, every step by Tab and Enter, and
+    the focus is always visible (an outline or a box shadow)."""
+    from portal.models import QuotaRequest
+
+    page = log_in_as(browser, live_server, "lena", path="/catalog/")
+    _tab_to(page, "nav a[href='/catalog/generate/']")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/catalog/generate/**")
+    expect(page.locator("#generated-yaml")).to_contain_text("kind:")
+    _tab_to(page, "button:has-text('Open in the validator')")
+    focus = page.evaluate("() => { const s = getComputedStyle(document.activeElement);"
+                          " return s.outlineStyle + ' ' + s.boxShadow; }")
+    assert "none none" not in focus, f"the focused button shows no focus ring ({focus})"
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/catalog/validate/**")
+    expect(page.locator("textarea")).not_to_be_empty()
+    _tab_to(page, "button[type=submit]:has-text('Validate')")
+    page.keyboard.press("Enter")
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("main")).to_contain_text("Schema")
+    _tab_to(page, "nav a[href='/quota/']")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/quota/")
+    _tab_to(page, "#id_target")
+    page.keyboard.press("ArrowDown")  # the first (only) namespace lena leads
+    _tab_to(page, "#id_offering")
+    page.keyboard.type("NVIDIA H100")  # type-ahead selects the offering by its label
+    _tab_to(page, "#id_units")
+    page.keyboard.type("2")
+    _tab_to(page, "#id_justification")
+    page.keyboard.type("keyboard-only fine-tuning run")
+    _tab_to(page, "button:has-text('Submit for approval')")
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_contain_text("submitted for approval")
+    expect(page.locator("main")).not_to_contain_text("{#")  # no template comment leaks into the page
+    created = QuotaRequest.objects.get()
+    assert (created.units, created.namespace, created.justification) == (2, "ml-research",
+                                                                         "keyboard-only fine-tuning run")
+    assert created.offering.name.startswith("NVIDIA H100")
+    page.context.close()
