@@ -10,7 +10,7 @@ import pytest
 from catalog.models import CapacitySample, OfferingCapacity
 from tests.catalog.factories import OfferingFactory
 from tests.inventory.conftest import clean_redis, cluster, sim  # noqa: F401 - fixtures
-from tests.inventory.test_celery_sync import spawn  # noqa: F401 - fixture
+from tests.inventory.conftest import spawn  # noqa: F401 - fixture (shared with the inventory tests)
 
 pytestmark = pytest.mark.slow
 
