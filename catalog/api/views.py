@@ -59,6 +59,11 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
     permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, CuratorOrReadOnly]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
+    def _saved(self, pk: int) -> Offering:
+        """The offering just written, whatever the list filters (`?unit_kind=`, retired hidden without `?all=1`): a
+        curator who retires an offering gets it back, not a 500."""
+        return offerings_for(self.request.user, include_all=True).get(pk=pk)
+
     def get_queryset(self) -> QuerySet[Offering]:
         include_all = self.request.query_params.get("all") in {"1", "true"}
         queryset = offerings_for(self.request.user, include_all=include_all)
@@ -75,7 +80,7 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
             offering = offering_create(actor=request.user, data=dict(data.validated_data))
         except OfferingValidationError as exc:
             return _invalid(exc)
-        body = OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data
+        body = OfferingSerializer(self._saved(offering.pk)).data
         return Response({**body, "warnings": offering_warnings(offering)}, status=201)
 
     @extend_schema(request=OfferingInputSerializer, responses=OfferingSavedSerializer)
@@ -87,7 +92,7 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
             offering = offering_update(actor=request.user, offering_id=offering.pk, data=dict(data.validated_data))
         except OfferingValidationError as exc:
             return _invalid(exc)
-        body = OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data
+        body = OfferingSerializer(self._saved(offering.pk)).data
         return Response({**body, "warnings": offering_warnings(offering)})
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:  # PUT is not offered
@@ -106,7 +111,7 @@ class OfferingViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
                                       retire_on=data.validated_data.get("retire_on"))
         except OfferingValidationError as exc:
             return _invalid(exc)
-        return Response(OfferingSerializer(self.get_queryset().get(pk=offering.pk)).data)
+        return Response(OfferingSerializer(self._saved(offering.pk)).data)
 
     @extend_schema(request=PriceInputSerializer, responses={201: PriceSerializer})
     @action(detail=True, methods=["post"])

@@ -113,6 +113,17 @@ def test_curator_creates_updates_and_changes_lifecycle(platform_admin) -> None:
         "offering.created", "offering.updated", "offering.lifecycle_changed"]
 
 
+def test_retiring_an_offering_answers_with_it_even_though_lists_hide_retired_ones(platform_admin) -> None:
+    """Found by the schema fuzzer: the answer re-read the offering through the list's filters, which hide retired
+    offerings (and other unit kinds under ?unit_kind=), so retiring one was a 500."""
+    client = _client(platform_admin)
+    offering = OfferingFactory(slug="h100", resource_name="nvidia.com/gpu")
+    retired = client.post(f"{BASE}/offerings/{offering.pk}/lifecycle/?unit_kind=whole", {"lifecycle": "retired"},
+                          format="json")
+    assert retired.status_code == 200, retired.content
+    assert retired.json()["lifecycle"] == "retired"
+
+
 def test_bad_input_is_a_400_with_field_errors_and_changes_nothing(platform_admin) -> None:
     client = _client(platform_admin)
     bad_cel = client.post(f"{BASE}/offerings/", {
