@@ -9,8 +9,12 @@ import pytest
 
 from catalog.models import CapacitySample, OfferingCapacity
 from tests.catalog.factories import OfferingFactory
-from tests.inventory.conftest import clean_redis, cluster, sim  # noqa: F401 - fixtures
-from tests.inventory.conftest import spawn  # noqa: F401 - fixture (shared with the inventory tests)
+from tests.inventory.conftest import (  # noqa: F401 - fixtures
+    clean_redis,
+    cluster,
+    sim,
+    spawn,
+)
 
 pytestmark = pytest.mark.slow
 
