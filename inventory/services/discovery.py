@@ -10,19 +10,29 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
+from inventory.changefeed import cluster_snapshot, snapshot_text
 from inventory.k8s.client import ClusterClient
 from inventory.k8s.discovery import ApiDiscovery, KindAvailability
 from inventory.models import Cluster, SyncState
+from inventory.services.changes import change_feed_lock, cluster_changes_record
 
 
 def discovery_refresh(*, cluster_id: int, client: ClusterClient) -> ApiDiscovery:
     """Read the cluster's discovery documents now and store them (and its version) on the cluster."""
     found = client.discover()
-    Cluster.objects.filter(pk=cluster_id).update(
-        api_discovery=found.to_json(), discovered_at=timezone.now(), server_version=found.git_version[:50],
-    )
+    version = found.git_version[:50]
+    with transaction.atomic():
+        change_feed_lock(cluster_id=cluster_id)
+        cluster = Cluster.objects.select_for_update().defer("kubeconfig").get(pk=cluster_id)
+        before = snapshot_text(cluster_snapshot(cluster))
+        cluster.api_discovery, cluster.discovered_at = found.to_json(), timezone.now()
+        cluster.server_version = version or cluster.server_version
+        cluster.save(update_fields=["api_discovery", "discovered_at", "server_version"])
+        # An upgrade seen by discovery is a CMDB change of the cluster like any other (the feed carries its version).
+        cluster_changes_record(cluster=cluster, before=before)
     return found
 
 
