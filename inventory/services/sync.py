@@ -481,7 +481,8 @@ def kind_sync_window(
 def _served_ref(*, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, force: bool) -> KindRef | None:
     """The kind at the version the cluster serves (None: not served), recorded on its sync state. A changed version
     drops the saved resourceVersion, so the kind is relisted and every row converted the same way."""
-    availability = discovery_current(cluster_id=cluster_id, client=client, force=force).availability(kind)
+    with lease.renewing():  # re-reading discovery may wait behind the cluster's change lock (a cluster event)
+        availability = discovery_current(cluster_id=cluster_id, client=client, force=force).availability(kind)
     before = SyncState.objects.values_list("served_version", flat=True).get(pk=lease.state_id)
     sync_state_availability_record(lease.state_id, availability)
     if availability.ref is not None and before and before != availability.ref.api_version:

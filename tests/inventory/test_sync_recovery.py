@@ -228,6 +228,7 @@ def test_the_lease_survives_a_long_wait_for_the_cluster_lock(sim: Simulator, clu
     from django.db import connection, transaction
 
     from inventory.services.changes import change_feed_lock
+    from inventory.services.discovery import discovery_current
 
     held = threading.Event()
 
@@ -240,10 +241,11 @@ def test_the_lease_survives_a_long_wait_for_the_cluster_lock(sim: Simulator, clu
         finally:
             connection.close()
 
+    client = client_for(cluster)
+    discovery_current(cluster_id=cluster.pk, client=client, force=True)  # current: the wait falls on the listing
     holder = threading.Thread(target=hold_the_lock)
     holder.start()
     assert held.wait(10)
-    client = client_for(cluster)
     try:
         result = _window(cluster, "nodes", client, 2.0)  # raises LeaseLostError if the lease ran out
     finally:
