@@ -17,6 +17,7 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 from django_filters.views import FilterView
 
+from core.htmx import HtmxPartialMixin
 from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, Finding, Node, Path, Pod, ResourceClaim
 from inventory.overview import accelerator_overview
@@ -30,7 +31,6 @@ from inventory.redaction import (
     redact_value,
 )
 from inventory.selectors import evidence_events
-from inventory.views import HtmxPartialMixin
 
 # Columns the list pages render; the JSON detail columns stay in the database.
 DEVICE_LIST_DEFER = ("attributes", "capacities", "consumes_counters", "taints", "reserved_for", "cluster__kubeconfig")

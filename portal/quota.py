@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from catalog.models import DRA_KINDS, Lifecycle, Offering
-from inventory.errors import PortalError, StateConflictError
+from core.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import as_dict, format_quantity, is_extended_resource, parse_quantity
 from inventory.models import DeviceClass, ResourceQuota
 from portal.models import (

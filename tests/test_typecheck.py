@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("portal", "audit", "apitokens", "inventory", "catalog", "integrations", "kubesim")
+PACKAGES = ("core", "portal", "audit", "apitokens", "inventory", "catalog", "integrations", "kubesim")
 BASELINE_SIZE_WHEN_INTRODUCED = 78  # lower this number whenever a module leaves the baseline; never raise it
 
 

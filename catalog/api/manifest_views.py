@@ -20,8 +20,8 @@ from catalog.generator import SHAPES, TOPOLOGIES, GeneratorError, WorkloadSpec, 
 from catalog.models import Offering
 from catalog.services.manifests import gang_explain, manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
-from inventory.api.exceptions import PortalExceptionHandlerMixin
-from inventory.api.fields import SlugRelatedField
+from core.api.exceptions import PortalExceptionHandlerMixin
+from core.api.fields import SlugRelatedField
 from inventory.k8s.semantics import is_qualified_name
 from inventory.models import Cluster
 from inventory.scoping import scope_for, targets_for

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.settings import api_settings
 
+from core.api.exceptions import PortalExceptionHandlerMixin
 from integrations.api.serializers import WebhookDeliverySerializer, WebhookSubscriptionSerializer
 from integrations.models import WebhookDelivery, WebhookSubscription
 from integrations.permissions import IsWebhookAdmin
@@ -24,7 +25,6 @@ from integrations.services import (
     webhook_subscription_delete,
     webhook_subscription_update,
 )
-from inventory.api.exceptions import PortalExceptionHandlerMixin
 
 
 class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):

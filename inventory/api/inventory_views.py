@@ -12,7 +12,7 @@ from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fast import NoCountLimitOffsetPagination, ORJSONRenderer
 from inventory.api.inventory_serializers import (
     AcceleratorPodSerializer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import viewsets
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.serializers import ClusterSerializer, NodeSerializer
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node
