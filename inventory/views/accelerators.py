@@ -1,6 +1,6 @@
 """Accelerator inventory pages: overview, free capacity, node device panel, device detail, pending pods, findings.
 
-Read-only and thin: filtering lives in inventory.inventory_filtersets, aggregation in inventory.overview, the
+Read-only and thin: filtering lives in inventory.filtersets, aggregation in inventory.overview, the
 sensitive-field rule in inventory.redaction.
 """
 
@@ -18,7 +18,7 @@ from django.views.generic import DetailView, TemplateView
 from django_filters.views import FilterView
 
 from core.htmx import HtmxPartialMixin
-from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
+from inventory.filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, Finding, Node, Path, Pod, ResourceClaim
 from inventory.overview import accelerator_overview
 from inventory.podstatus import pod_claim_served_resources
