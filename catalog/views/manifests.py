@@ -15,12 +15,13 @@ from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
 from core.htmx import partial_template
+from core.types import RequestUser
 from inventory.k8s.conversion import dra_to_v1, served_dra_version
 from inventory.models import Cluster, Pod
 from inventory.selectors import dra_served_version, dra_unavailable_reason, evidence_events
 
 
-def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
+def _spec_from(form: GeneratorForm, user: RequestUser) -> WorkloadSpec:
     data = form.cleaned_data
     offering, cluster = data["offering"], data.get("cluster")
     facts = generator_facts(cluster=cluster, offering=offering, user=user)
@@ -50,7 +51,7 @@ def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
     return spec
 
 
-def generator_result(form: GeneratorForm, user: Any) -> dict[str, Any]:
+def generator_result(form: GeneratorForm, user: RequestUser) -> dict[str, Any]:
     """Run the generator, the validator and the explainer for a bound form."""
     if not form.is_valid():
         return {"form": form}

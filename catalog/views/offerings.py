@@ -41,6 +41,7 @@ from catalog.services.offerings import (
     price_set,
 )
 from core.htmx import HtmxPartialMixin, partial_template, wants_partial
+from core.types import RequestUser
 from inventory.models import DeviceClass
 from inventory.selectors import dra_unavailable_clusters
 
@@ -54,7 +55,7 @@ CLAIM_NAME = "accelerator"
 IMAGE = "registry.example.com/team/app:tag"
 
 
-def is_curator(user: Any) -> bool:
+def is_curator(user: RequestUser) -> bool:
     return bool(user.is_authenticated and user.has_perm(CURATE))
 
 

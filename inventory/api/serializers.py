@@ -10,6 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.types import RequestUser
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.models import Cluster, Device, DeviceClass, Finding, Node, Pod, ResourceClaim, ResourceSlice, SyncState
@@ -83,7 +84,7 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-def _user(serializer: serializers.Serializer) -> Any:
+def _user(serializer: serializers.Serializer) -> RequestUser | None:
     request = serializer.context.get("request")
     return getattr(request, "user", None)
 

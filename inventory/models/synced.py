@@ -7,12 +7,13 @@ and the CMDB change feed keep their history.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Self
 
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from core.types import RequestUser
 from inventory.fields import BulkJSONField, EncryptedTextField
 
 
@@ -151,7 +152,7 @@ class KubeObjectQuerySet(models.QuerySet):
     def live(self) -> Self:
         return self.filter(deleted_at__isnull=True)
 
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: RequestUser) -> Self:
         """The one entry point for what a user may see: namespaced kinds only in the namespaces of the user's tenants
         (every namespace for platform roles), cluster-scoped kinds to any signed-in user; nothing when anonymous or
         when no tenancy is registered (inventory.scoping fails closed)."""
