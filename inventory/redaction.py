@@ -27,13 +27,13 @@ _SCOPES_ATTR = "api_token_scopes"
 SENSITIVE_SCOPE = "inventory:sensitive"
 
 
-def can_see_sensitive(user: RequestUser) -> bool:
+def can_see_sensitive(user: RequestUser | None) -> bool:
     """True for superusers and members of a platform role; cached on the user object (one query per request).
 
     A request authenticated with an API token also needs the token's `inventory:sensitive` scope, whatever the
     user's roles. That check comes before the cache and costs nothing, so the cached role answer stays valid.
     """
-    if not getattr(user, "is_authenticated", False):
+    if user is None or not user.is_authenticated:
         return False
     token_scopes = getattr(user, _SCOPES_ATTR, None)
     if token_scopes is not None and SENSITIVE_SCOPE not in token_scopes:
@@ -73,7 +73,8 @@ def redact_attributes(attrs: Any, user: RequestUser) -> dict[str, Any]:
     """DRA attributes/capacities (``{"uuid": {"string": "GPU-…"}}``) with sensitive values hidden from non-platform users."""
     if not isinstance(attrs, dict):
         return {}
-    return redact_tree(attrs, user)
+    redacted: dict[str, Any] = redact_tree(attrs, user)
+    return redacted
 
 
 def redact_value(name: str, value: Any, user: RequestUser) -> Any:
@@ -116,7 +117,7 @@ def known_node_names() -> frozenset[str]:
     return _names_cache[1]
 
 
-def redacts_node_names(user: RequestUser) -> bool:
+def redacts_node_names(user: RequestUser | None) -> bool:
     """Whether API answers to `user` carry node pseudonyms instead of node names."""
     return bool(settings.PORTAL_REDACT_NODE_NAMES) and not can_see_sensitive(user)
 

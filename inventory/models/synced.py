@@ -7,7 +7,7 @@ and the CMDB change feed keep their history.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from django.db import models
 from django.db.models import Q
@@ -148,7 +148,7 @@ class SyncIssue(models.Model):
         return f"{self.kind} {self.namespace}/{self.name}: {self.error[:60]}"
 
 
-class KubeObjectQuerySet(models.QuerySet):
+class KubeObjectQuerySet(models.QuerySet[Any]):
     def live(self) -> Self:
         return self.filter(deleted_at__isnull=True)
 
