@@ -27,11 +27,12 @@ from integrations.services import (
 )
 
 
-class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
+class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet[Any]):  # subscriptions, and their deliveries
     """Webhook subscriptions (platform admins only). Writes are audited; the secret is write-only."""
 
     serializer_class = WebhookSubscriptionSerializer
-    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsWebhookAdmin]
+    # api_settings imports the dotted paths of the setting; the stubs type it as the strings.
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsWebhookAdmin]  # type: ignore[list-item]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     token_scope = "inventory:read"  # noqa: S105 - scope names, not secrets
     token_write_scope = "admin:write"  # noqa: S105 - platform-admin-only writes (docs/tokens.md)
