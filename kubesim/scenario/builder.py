@@ -22,11 +22,9 @@ from typing import Any
 
 import yaml
 
-from .apis import PROFILES
+from kubesim.apis import PROFILES
 
-__all__ = ["BUILTIN_SCENARIOS", "ScenarioError", "load_scenario", "parse_quantity", "scenario_api_profile"]
-
-SCENARIO_DIR = Path(__file__).with_name("scenarios")
+SCENARIO_DIR = Path(__file__).parent.with_name("scenarios")
 BUILTIN_SCENARIOS = (
     "demo",
     "large",
