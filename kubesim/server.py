@@ -810,7 +810,7 @@ class Simulator:
         if isinstance(scenario, dict) and "kind" not in scenario:
             return scenario.get("telemetry")
         if isinstance(scenario, str | Path) and scenario != "empty":
-            from .scenario.builder import _read
+            from .scenario.spec import _read
 
             return _read(scenario).get("telemetry")
         return None
