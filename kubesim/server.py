@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import http.server
@@ -22,9 +21,12 @@ from . import resources as res
 from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
 from .churn import Churn
 from .dcgm import Telemetry, TelemetryConfig
+from .errors import ApiError, not_found
 from .faults import Faults
+from .protobuf import decode_protobuf
 from .quota import QuotaAdmission
-from .store import Admit, ApiError, Store, make_filter, not_found
+from .selectors import make_filter
+from .store import Admit, Store
 
 MAX_WATCH_SECONDS = 1800.0
 BOOKMARK_INTERVAL = 1.0
@@ -35,7 +37,6 @@ PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+cbor": "unsupported",
 }
-PROTOBUF_KINDS = ("Namespace", "ConfigMap")
 CONTROL_RESTORE = "/kubesim/restore"  # not a Kubernetes path: the simulator's own control endpoint
 
 
@@ -66,91 +67,8 @@ def _parse_body(raw: bytes, allow_yaml: bool = False):
         raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
 
 
-def _pb_fields(buf: bytes):
-    """Yield (field number, wire type, value) from a protobuf message."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _pb_varint(buf, i)
-        fno, wt = key >> 3, key & 7
-        if wt == 0:
-            val, i = _pb_varint(buf, i)
-        elif wt == 2:
-            ln, i = _pb_varint(buf, i)
-            val, i = buf[i : i + ln], i + ln
-        elif wt == 1:
-            val, i = buf[i : i + 8], i + 8
-        elif wt == 5:
-            val, i = buf[i : i + 4], i + 4
-        else:
-            raise ValueError("unsupported wire type")
-        yield fno, wt, val
-
-
-def _pb_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def _pb_map_entry(buf: bytes) -> tuple[str, bytes]:
-    entry = {f: v for f, _, v in _pb_fields(buf)}
-    return entry.get(1, b"").decode(), entry.get(2, b"")
-
-
-def _decode_object_meta(buf: bytes) -> dict:
-    """The ObjectMeta fields a create request carries: names, labels and annotations."""
-    meta: dict = {}
-    for f, _, v in _pb_fields(buf):
-        if f in (1, 2, 3) and v:
-            meta[{1: "name", 2: "generateName", 3: "namespace"}[f]] = v.decode()
-        elif f in (11, 12):
-            key, value = _pb_map_entry(v)
-            meta.setdefault("labels" if f == 11 else "annotations", {})[key] = value.decode()
-    return meta
-
-
-def _decode_configmap_field(obj: dict, f: int, v: bytes | int) -> None:
-    """ConfigMap: data = 2 (map<string,string>), binaryData = 3 (map<string,bytes>), immutable = 4 (bool)."""
-    if f == 4 and isinstance(v, int):
-        obj["immutable"] = bool(v)
-    elif f in (2, 3) and isinstance(v, bytes):
-        key, value = _pb_map_entry(v)
-        if f == 2:
-            obj.setdefault("data", {})[key] = value.decode()
-        else:
-            obj.setdefault("binaryData", {})[key] = base64.b64encode(value).decode()
-
-
-def _decode_protobuf(raw: bytes) -> dict:
-    """Decode a Kubernetes protobuf envelope (kubectl create namespace / configmap): a Namespace's metadata, a
-    ConfigMap's metadata, data, binaryData and immutable."""
-    if not raw.startswith(b"k8s\x00"):
-        raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
-    try:
-        env = {f: v for f, _, v in _pb_fields(raw[4:])}
-        type_meta = {f: v.decode() for f, _, v in _pb_fields(env.get(1, b""))}
-        api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
-        if api_version != "v1" or kind not in PROTOBUF_KINDS:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"kubesim only accepts JSON bodies for {kind or 'this kind'}"
-                " (protobuf is supported for Namespace and ConfigMap only)",
-            )
-        obj: dict = {"apiVersion": api_version, "kind": kind, "metadata": {}}
-        for f, _, v in _pb_fields(env.get(2, b"")):
-            if f == 1:
-                obj["metadata"] = _decode_object_meta(v)
-            elif kind == "ConfigMap":
-                _decode_configmap_field(obj, f, v)
-        return obj
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
+def _method_not_allowed() -> ApiError:
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -399,100 +317,105 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ verbs
     def _handle(self, method: str, r: _Route, q: dict, body: bytes):
-        store = self.sim.store
         dry_run = q.get("dryRun") == "All"
         if method == "GET":
+            self._get(r, q)
+        elif method == "POST":
+            self._create(r, q, body, dry_run)
+        elif method == "PUT":
+            self._replace(r, q, body, dry_run)
+        elif method == "PATCH":
             if r.name is None:
-                if q.get("watch") in ("true", "1", "True"):
-                    self._watch(r, q)
-                else:
-                    self._list(r, q)
-                return
-            so = store.get_stored(r.rt.plural, r.namespace, r.name)
-            if so is None:
-                raise not_found(r.rt.plural, r.name)
-            if self._wants_table():
-                self._send_json(
-                    200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
-                )
-            else:
-                self._send(200, self._full(r, so))
-            return
-        if method == "POST":
-            if r.name is not None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
-            if "protobuf" in (self.headers.get("Content-Type") or ""):
-                obj = _decode_protobuf(body)
-            else:
-                obj = _parse_body(body)
-            self._fix_namespace(r, obj)
-            admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
-            obj = patchmod.record_update(None, self._stored(r, obj), self._manager(q), r.rt.api_version)
-            out = store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
-            self._send_json(201, self._served(r, out))
-            return
-        if method == "PUT":
-            if r.name is None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
-            if "protobuf" in (self.headers.get("Content-Type") or ""):
-                raise ApiError(415, "UnsupportedMediaType", "kubesim only accepts JSON bodies for updates")
-            obj = _parse_body(body)
-            self._fix_namespace(r, obj)
-            if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
-                raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-            obj = self._stored(r, obj)
-            with store.lock:
-                cur = store.get_stored(r.rt.plural, r.namespace, r.name)
-                if cur is None:
-                    raise not_found(r.rt.plural, r.name)
-                obj["metadata"]["managedFields"] = cur.obj["metadata"].get("managedFields") or []
-                obj = patchmod.record_update(
-                    cur.obj,
-                    obj
-                    if r.subresource != "status"
-                    else {**cur.obj, "status": obj.get("status"), "metadata": obj["metadata"]},
-                    self._manager(q),
-                    r.rt.api_version,
-                    r.subresource,
-                )
-                admit = self._admit(r, "UPDATE", r.name, dry_run)
-                out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
-            self._send_json(200, self._served(r, out))
-            return
-        if method == "PATCH":
-            if r.name is None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
+                raise _method_not_allowed()
             self._patch(r, q, body, dry_run)
+        elif method == "DELETE":
+            self._delete(r, q, dry_run)
+        else:
+            raise ApiError(405, "MethodNotAllowed", "method not allowed")
+
+    def _get(self, r: _Route, q: dict) -> None:
+        """GET: a watch, a list, or one object (as a Table when asked)."""
+        if r.name is None:
+            if q.get("watch") in ("true", "1", "True"):
+                self._watch(r, q)
+            else:
+                self._list(r, q)
             return
-        if method == "DELETE":
-            if r.name is None:
-                flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
-                items, _, _, _ = store.list(r.rt.plural)
-                deleted = []
-                for so in items:
-                    if flt is None or flt(so):
-                        with contextlib.suppress(ApiError):
-                            deleted.append(store.delete(r.rt.plural, so.key[0] or None, so.key[1], dry_run=dry_run))
-                self._send_json(
-                    200,
-                    {
-                        "kind": r.rt.list_kind,
-                        "apiVersion": r.rt.api_version,
-                        "metadata": {"resourceVersion": str(store.resource_version)},
-                        "items": [self._served(r, o) for o in deleted],
-                    },
-                )
-                return
+        so = self.sim.store.get_stored(r.rt.plural, r.namespace, r.name)
+        if so is None:
+            raise not_found(r.rt.plural, r.name)
+        if self._wants_table():
+            self._send_json(
+                200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
+            )
+        else:
+            self._send(200, self._full(r, so))
+
+    def _create(self, r: _Route, q: dict, body: bytes, dry_run: bool) -> None:
+        """POST to a collection: JSON, or protobuf for the kinds kubectl sends that way."""
+        if r.name is not None:
+            raise _method_not_allowed()
+        protobuf = "protobuf" in (self.headers.get("Content-Type") or "")
+        obj = decode_protobuf(body) if protobuf else _parse_body(body)
+        self._fix_namespace(r, obj)
+        admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
+        obj = patchmod.record_update(None, self._stored(r, obj), self._manager(q), r.rt.api_version)
+        out = self.sim.store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
+        self._send_json(201, self._served(r, out))
+
+    def _replace(self, r: _Route, q: dict, body: bytes, dry_run: bool) -> None:
+        """PUT: replace an object (or its status), keeping its managedFields history."""
+        store = self.sim.store
+        if r.name is None:
+            raise _method_not_allowed()
+        if "protobuf" in (self.headers.get("Content-Type") or ""):
+            raise ApiError(415, "UnsupportedMediaType", "kubesim only accepts JSON bodies for updates")
+        obj = _parse_body(body)
+        self._fix_namespace(r, obj)
+        if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        obj = self._stored(r, obj)
+        with store.lock:
+            cur = store.get_stored(r.rt.plural, r.namespace, r.name)
+            if cur is None:
+                raise not_found(r.rt.plural, r.name)
+            obj["metadata"]["managedFields"] = cur.obj["metadata"].get("managedFields") or []
+            obj = patchmod.record_update(
+                cur.obj,
+                obj
+                if r.subresource != "status"
+                else {**cur.obj, "status": obj.get("status"), "metadata": obj["metadata"]},
+                self._manager(q),
+                r.rt.api_version,
+                r.subresource,
+            )
+            admit = self._admit(r, "UPDATE", r.name, dry_run)
+            out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
+        self._send_json(200, self._served(r, out))
+
+    def _delete(self, r: _Route, q: dict, dry_run: bool) -> None:
+        """DELETE one object, or a collection (deletecollection: every object the selectors match)."""
+        store = self.sim.store
+        if r.name is not None:
             out = store.delete(r.rt.plural, r.namespace, r.name, dry_run=dry_run)
             self._send_json(200, self._served(r, out))
             return
-        raise ApiError(405, "MethodNotAllowed", "method not allowed")
+        flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        items, _, _, _ = store.list(r.rt.plural)
+        deleted = []
+        for so in items:
+            if flt is None or flt(so):
+                with contextlib.suppress(ApiError):
+                    deleted.append(store.delete(r.rt.plural, so.key[0] or None, so.key[1], dry_run=dry_run))
+        self._send_json(
+            200,
+            {
+                "kind": r.rt.list_kind,
+                "apiVersion": r.rt.api_version,
+                "metadata": {"resourceVersion": str(store.resource_version)},
+                "items": [self._served(r, o) for o in deleted],
+            },
+        )
 
     def _fix_namespace(self, r: _Route, obj) -> None:
         if not isinstance(obj, dict):
