@@ -26,7 +26,7 @@ from .faults import Faults
 from .protobuf import decode_protobuf
 from .quota import QuotaAdmission
 from .selectors import make_filter
-from .store import Admit, Store
+from .store import Admit, Store, Watcher
 
 MAX_WATCH_SECONDS = 1800.0
 BOOKMARK_INTERVAL = 1.0
@@ -69,6 +69,50 @@ def _parse_body(raw: bytes, allow_yaml: bool = False):
 
 def _method_not_allowed() -> ApiError:
     return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+
+class _WatchEvents:
+    """How one watch encodes its events: selectors applied like a real server, objects in full or as Table rows."""
+
+    def __init__(self, r: _Route, flt, table: bool, include: str, full) -> None:
+        self.r = r
+        self.flt = flt
+        self.table = table
+        self.include = include
+        self.full = full
+
+    def filtered(self, ev):
+        """Apply selectors like a real server: objects moving in/out of the selection become ADDED/DELETED."""
+        etype, so, prev = ev
+        if self.flt is None:
+            return etype, so
+        now_in = self.flt(so)
+        if etype != "MODIFIED" or prev is None:
+            return (etype, so) if now_in else (etype, None)
+        was_in = self.flt(prev)
+        if now_in and was_in:
+            return etype, so
+        if now_in:
+            return "ADDED", so
+        if was_in:
+            return "DELETED", so
+        return etype, None
+
+    def encode(self, etype: str, so) -> bytes:
+        if self.table:
+            obj = orjson.dumps(res.table(self.r.rt, [so.obj], self.include, {"resourceVersion": str(so.rv)}))
+        else:
+            obj = self.full(so)
+        return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
+
+    def encode_all(self, events) -> list[bytes]:
+        """The events the selectors keep, encoded."""
+        return [self.encode(t, so) for t, so in (self.filtered(ev) for ev in events) if so is not None]
+
+    def bookmark(self, rv_now: int) -> bytes:
+        obj = {"kind": self.r.rt.kind, "apiVersion": self.r.rt.api_version,
+               "metadata": {"resourceVersion": str(rv_now)}}
+        return b'{"type":"BOOKMARK","object":' + orjson.dumps(obj) + b"}\n"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -567,28 +611,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _watch(self, r: _Route, q: dict):
-        store = self.sim.store
         flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
         rv = q.get("resourceVersion") or None
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1", "True")
-        table = self._wants_table()
-        include = q.get("includeObject", "Metadata")
+        events = _WatchEvents(r, flt, self._wants_table(), q.get("includeObject", "Metadata"),
+                              functools.partial(self._full, r))
         try:
             timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else MAX_WATCH_SECONDS
         except ValueError as e:
             raise ApiError(400, "BadRequest", "invalid timeoutSeconds") from e
-        expired = None
-        watcher = None
-        backlog: list = []
-        if self.sim.faults.take_expire():
-            expired = ApiError(410, "Expired", f"too old resource version: {rv or 0} ({store.compacted_rv + 1})")
-        else:
-            try:
-                watcher, backlog = store.watch(r.rt.plural, rv)
-            except ApiError as e:
-                if e.code not in (410, 504):  # after the request was accepted: an ERROR event, like the cacher
-                    raise
-                expired = e
+        watcher, backlog, expired = self._open_watch(r, rv)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Cache-Control", "no-cache, private")
@@ -600,86 +632,79 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.watcher = watcher
         self.sim._track_watch(self, True)
-
-        def filtered(ev):
-            """Apply selectors like a real server: objects moving in/out of the selection become ADDED/DELETED."""
-            etype, so, prev = ev
-            if flt is None:
-                return etype, so
-            now_in = flt(so)
-            if etype != "MODIFIED" or prev is None:
-                return (etype, so) if now_in else (etype, None)
-            was_in = flt(prev)
-            if now_in and was_in:
-                return etype, so
-            if now_in:
-                return "ADDED", so
-            if was_in:
-                return "DELETED", so
-            return etype, None
-
-        def encode(etype: str, so) -> bytes:
-            if table:
-                obj = orjson.dumps(res.table(r.rt, [so.obj], include, {"resourceVersion": str(so.rv)}))
-            else:
-                obj = self._full(r, so)
-            return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
-
-        def bookmark(rv_now: int) -> bytes:
-            obj = {"kind": r.rt.kind, "apiVersion": r.rt.api_version, "metadata": {"resourceVersion": str(rv_now)}}
-            return b'{"type":"BOOKMARK","object":' + orjson.dumps(obj) + b"}\n"
-
         try:
-            out = [encode(t, so) for t, so in (filtered(ev) for ev in backlog) if so is not None]
+            out = events.encode_all(backlog)
             for i in range(0, len(out), 200):
                 self._chunk(b"".join(out[i : i + 200]))
-            start = time.monotonic()
-            deadline = start + timeout
-            last_bm = start
-            while True:
-                now_m = time.monotonic()
-                remaining = deadline - now_m
-                if remaining <= 0:
-                    # A closing bookmark may only claim a resourceVersion this stream has delivered up to: events
-                    # still queued for it would otherwise be skipped by a client resuming from the bookmark.
-                    rv_now = store.current_rv_if_drained(watcher) if bookmarks else None
-                    if rv_now is not None:
-                        self._chunk(bookmark(rv_now))
-                    break
-                try:
-                    item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))
-                except queue.Empty:
-                    item = False
-                if item is None or self.dropped:
-                    self.close_connection = True
-                    return
-                if item:
-                    batch = [item]
-                    with contextlib.suppress(queue.Empty):
-                        while len(batch) < 200:
-                            nxt = watcher.queue.get_nowait()
-                            if nxt is None:
-                                batch.append(None)
-                                break
-                            batch.append(nxt)
-                    data = b"".join(encode(t, so) for t, so in (filtered(x) for x in batch if x) if so is not None)
-                    if data:
-                        self._chunk(data)
-                    if batch[-1] is None:
-                        self.close_connection = True
-                        return
-                if bookmarks and time.monotonic() - last_bm >= BOOKMARK_INTERVAL:
-                    rv_now = store.current_rv_if_drained(watcher)
-                    if rv_now is not None:
-                        self._chunk(bookmark(rv_now))
-                        last_bm = time.monotonic()
-            self.wfile.write(b"0\r\n\r\n")
+            if self._stream_events(watcher, events, timeout, bookmarks):
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.close_connection = True
         except OSError:
             self.close_connection = True
         finally:
             watcher.close()
             self.sim._track_watch(self, False)
             self.watcher = None
+
+    def _open_watch(self, r: _Route, rv: str | None) -> tuple[Watcher | None, list, ApiError | None]:
+        """Register the watch: (watcher, the events since `rv`, None), or the 410/504 an ERROR event reports."""
+        store = self.sim.store
+        if self.sim.faults.take_expire():
+            return None, [], ApiError(410, "Expired", f"too old resource version: {rv or 0} ({store.compacted_rv + 1})")
+        try:
+            watcher, backlog = store.watch(r.rt.plural, rv)
+        except ApiError as e:
+            if e.code not in (410, 504):  # after the request was accepted: an ERROR event, like the cacher
+                raise
+            return None, [], e
+        return watcher, backlog, None
+
+    def _stream_events(self, watcher: Watcher, events: _WatchEvents, timeout: float, bookmarks: bool) -> bool:
+        """Send events (and bookmarks) as they come: True when the timeout ends the watch, False when the watch was
+        stopped or the connection dropped."""
+        store = self.sim.store
+        start = time.monotonic()
+        deadline = start + timeout
+        last_bm = start
+        while True:
+            now_m = time.monotonic()
+            remaining = deadline - now_m
+            if remaining <= 0:
+                # A closing bookmark may only claim a resourceVersion this stream has delivered up to: events
+                # still queued for it would otherwise be skipped by a client resuming from the bookmark.
+                rv_now = store.current_rv_if_drained(watcher) if bookmarks else None
+                if rv_now is not None:
+                    self._chunk(events.bookmark(rv_now))
+                return True
+            try:
+                item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))
+            except queue.Empty:
+                item = False
+            if item is None or self.dropped:
+                return False
+            if item and not self._send_batch(watcher, events, item):
+                return False
+            if bookmarks and time.monotonic() - last_bm >= BOOKMARK_INTERVAL:
+                rv_now = store.current_rv_if_drained(watcher)
+                if rv_now is not None:
+                    self._chunk(events.bookmark(rv_now))
+                    last_bm = time.monotonic()
+
+    def _send_batch(self, watcher: Watcher, events: _WatchEvents, item: tuple) -> bool:
+        """Send `item` and up to 199 more queued events in one chunk; False when the watch's stop marker came."""
+        batch = [item]
+        with contextlib.suppress(queue.Empty):
+            while len(batch) < 200:
+                nxt = watcher.queue.get_nowait()
+                if nxt is None:
+                    batch.append(None)
+                    break
+                batch.append(nxt)
+        data = b"".join(events.encode_all(x for x in batch if x))
+        if data:
+            self._chunk(data)
+        return batch[-1] is not None
 
 
 class _Server(http.server.ThreadingHTTPServer):

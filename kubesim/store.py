@@ -97,6 +97,73 @@ class Watcher:
         self.queue.put(None)
 
 
+def _check_update_preconditions(rt: ResourceType, plural: str, meta: dict, cur: StoredObject, check_rv: bool) -> None:
+    """Optimistic concurrency on metadata.resourceVersion (when given) and the uid precondition."""
+    want = meta.get("resourceVersion")
+    if check_rv and want and str(want) != str(cur.rv):
+        group = f".{rt.group}" if rt.group else ""
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {plural}{group} "{meta["name"]}": the object has '
+            "been modified; please apply your changes to the latest version and try again",
+            {"name": meta["name"], "kind": plural, **({"group": rt.group} if rt.group else {})},
+        )
+    old = cur.obj
+    if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
+        raise ApiError(
+            409,
+            "Conflict",
+            f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
+            f"object meta: {old['metadata'].get('uid')}",
+        )
+
+
+def _updated_for_subresource(rt: ResourceType, plural: str, obj: dict, old: dict, subresource: str) -> dict:
+    """What a write through the main resource or a subresource may change: the status subresource changes only the
+    status, ephemeralcontainers only those, and the main resource keeps the stored status."""
+    meta = obj["metadata"]
+    if subresource == "status":
+        new = dict(old)
+        new["status"] = obj.get("status")
+        if new["status"] is None:
+            new.pop("status")
+        new["metadata"] = dict(old["metadata"])
+        if "managedFields" in meta:
+            new["metadata"]["managedFields"] = meta["managedFields"]
+        return new
+    if subresource == "ephemeralcontainers":
+        return with_ephemeral_containers(old, obj)
+    if rt.has_status and plural != "namespaces":
+        if "status" in old:
+            obj["status"] = old["status"]
+        else:
+            obj.pop("status", None)
+    elif plural == "namespaces":
+        obj["status"] = old.get("status", {"phase": "Active"})
+    return obj
+
+
+def _apply_update_rules(rt: ResourceType, plural: str, obj: dict, old: dict, subresource: str) -> dict:
+    """The server's rules for an update: immutable system fields, subresources, per-kind rules, generation."""
+    meta = obj["metadata"]
+    for f in ("uid", "creationTimestamp"):  # immutable system fields
+        if f in old["metadata"]:
+            meta[f] = old["metadata"][f]
+    obj = _updated_for_subresource(rt, plural, obj, old, subresource)
+    meta = obj["metadata"]
+    if plural == "namespaces":
+        label_namespace(meta)
+    elif plural == "configmaps":
+        check_configmap_update(obj, old)
+    gen = old["metadata"].get("generation")
+    if gen is not None:
+        meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+    if plural == "validatingadmissionpolicies" and subresource != "status":
+        obj["status"] = policy_status(obj.get("status"), meta.get("generation", 1))
+    return obj
+
+
 class Store:
     """All objects of all kinds, one lock, one global resource version."""
 
@@ -327,57 +394,10 @@ class Store:
             cur = self._data[plural].get(key)
             if cur is None:
                 raise not_found(plural, meta["name"])
-            want = meta.get("resourceVersion")
-            if check_rv and want and str(want) != str(cur.rv):
-                group = f".{rt.group}" if rt.group else ""
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on {plural}{group} "{meta["name"]}": the object has '
-                    "been modified; please apply your changes to the latest version and try again",
-                    {"name": meta["name"], "kind": plural, **({"group": rt.group} if rt.group else {})},
-                )
+            _check_update_preconditions(rt, plural, meta, cur, check_rv)
             old = cur.obj
-            if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
-                    f"object meta: {old['metadata'].get('uid')}",
-                )
-            # immutable system fields
-            for f in ("uid", "creationTimestamp"):
-                if f in old["metadata"]:
-                    meta[f] = old["metadata"][f]
-            if subresource == "status":
-                new = dict(old)
-                new["status"] = obj.get("status")
-                if new["status"] is None:
-                    new.pop("status")
-                new["metadata"] = dict(old["metadata"])
-                if "managedFields" in meta:
-                    new["metadata"]["managedFields"] = meta["managedFields"]
-                obj = new
-                meta = obj["metadata"]
-            elif subresource == "ephemeralcontainers":
-                obj = with_ephemeral_containers(old, obj)
-                meta = obj["metadata"]
-            elif rt.has_status and plural != "namespaces":
-                if "status" in old:
-                    obj["status"] = old["status"]
-                else:
-                    obj.pop("status", None)
-            elif plural == "namespaces":
-                obj["status"] = old.get("status", {"phase": "Active"})
-            if plural == "namespaces":
-                label_namespace(meta)
-            elif plural == "configmaps":
-                check_configmap_update(obj, old)
-            gen = old["metadata"].get("generation")
-            if gen is not None:
-                meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
-            if plural == "validatingadmissionpolicies" and subresource != "status":
-                obj["status"] = policy_status(obj.get("status"), meta.get("generation", 1))
+            obj = _apply_update_rules(rt, plural, obj, old, subresource)
+            meta = obj["metadata"]
             meta.pop("resourceVersion", None)
             if admit is not None:
                 admit(obj, old)

@@ -97,7 +97,25 @@ MIG_CONFIG_STATES = ("success", "pending", "rebooting", "failed")
 class GpuMixin:
     """A pool's GPU: validated spec, MIG layouts and the labels GPU Feature Discovery would set."""
 
+    GPU_KEYS = {
+        "model",
+        "productName",
+        "memoryMiB",
+        "perNode",
+        "family",
+        "architecture",
+        "computeMajor",
+        "computeMinor",
+        "driverVersion",
+        "cudaDriver",
+        "cudaRuntime",
+        "migCapable",
+        "smPerSlice",
+        "pcieRoots",
+    }
+
     def _gpu_spec(self, pool: dict, mode: str, ctx: str) -> dict | None:
+        """The pool's effective GPU: the catalogue entry with the `gpu` block's overrides, plus the mode's settings."""
         if mode == "cpu":
             if pool.get("gpu"):
                 raise ScenarioError(f"{ctx}: mode cpu cannot have a gpu block")
@@ -105,28 +123,21 @@ class GpuMixin:
         g = pool.get("gpu")
         if not g:
             raise ScenarioError(f"{ctx}: mode {mode!r} needs a gpu block")
-        gctx = f"{ctx}.gpu"
-        _check_keys(
-            g,
-            {
-                "model",
-                "productName",
-                "memoryMiB",
-                "perNode",
-                "family",
-                "architecture",
-                "computeMajor",
-                "computeMinor",
-                "driverVersion",
-                "cudaDriver",
-                "cudaRuntime",
-                "migCapable",
-                "smPerSlice",
-                "pcieRoots",
-            },
-            gctx,
-            ("model", "perNode"),
-        )
+        base = self._gpu_card(g, f"{ctx}.gpu")
+        if mode == "mig":
+            self._gpu_mig(base, pool, ctx)
+        if mode in ("mig",) and not base["migCapable"]:
+            raise ScenarioError(f"{ctx}: model {base['model']} is not MIG capable")
+        if mode in ("time-slicing", "mps"):
+            self._gpu_sharing(base, pool, mode, ctx)
+        if mode == "dra":
+            self._gpu_dra(base, pool, ctx)
+        return base
+
+    @classmethod
+    def _gpu_card(cls, g: dict, gctx: str) -> dict[str, Any]:
+        """The card: model defaults overridden by the `gpu` block, GPUs per node, PCIe roots and driver versions."""
+        _check_keys(g, cls.GPU_KEYS, gctx, ("model", "perNode"))
         model = str(g["model"])
         base = dict(GPU_MODELS.get(model, {}))
         for key in ("productName", "memoryMiB", "family", "computeMajor", "computeMinor", "migCapable", "smPerSlice"):
@@ -156,92 +167,101 @@ class GpuMixin:
         base["cudaRuntime"] = str(g.get("cudaRuntime", base["cudaDriver"]))
         _version_parts(base["cudaDriver"], 2, f"{gctx}.cudaDriver")
         _version_parts(base["cudaRuntime"], 2, f"{gctx}.cudaRuntime")
-        if mode == "mig":
-            mig = pool.get("mig") or {}
-            _check_keys(mig, {"config", "layout", "strategy", "configState", "configStateNodes"}, f"{ctx}.mig")
-            layout = mig.get("layout")
-            if layout is None:
-                cfg = mig.get("config", "all-1g.10gb")
-                if cfg not in MIG_CONFIGS:
-                    raise ScenarioError(f"{ctx}.mig.config: unknown config {cfg!r}; give mig.layout explicitly")
-                layout = MIG_CONFIGS[cfg]
-            base["migConfig"] = str(mig.get("config", "custom"))
-            base["migLayout"] = self._mig_layout(layout, f"{ctx}.mig.layout", base)
-            strategy = mig.get("strategy", "mixed")
-            if strategy not in ("mixed", "single"):
-                raise ScenarioError(f"{ctx}.mig.strategy: must be mixed or single, got {strategy!r}")
-            if strategy == "single" and len(base["migLayout"]) != 1:
-                raise ScenarioError(
-                    f"{ctx}.mig: the single strategy needs every card partitioned alike into one profile, "
-                    f"got {', '.join(base['migLayout'])}"
-                )
-            base["migStrategy"] = strategy
-            state = mig.get("configState", "success")
-            if state not in MIG_CONFIG_STATES:
-                raise ScenarioError(f"{ctx}.mig.configState: must be one of {', '.join(MIG_CONFIG_STATES)}")
-            base["migConfigState"] = state
-            nodes = mig.get("configStateNodes")
-            base["migConfigStateNodes"] = None if nodes is None else _int(nodes, f"{ctx}.mig.configStateNodes")
-        if mode in ("mig",) and not base["migCapable"]:
-            raise ScenarioError(f"{ctx}: model {model} is not MIG capable")
-        if mode in ("time-slicing", "mps"):
-            key = "timeSlicing" if mode == "time-slicing" else "mps"
-            sharing = pool.get(key) or {}
-            allowed = {"replicas", "renameByDefault"} | ({"failRequestsGreaterThanOne"} if key == "timeSlicing" else set())
-            _check_keys(sharing, allowed, f"{ctx}.{key}")
-            base["replicas"] = _int(sharing.get("replicas", 4), f"{ctx}.{key}.replicas", 2)
-            base["renameByDefault"] = bool(sharing.get("renameByDefault", False))
-            # The device plugin refuses more than one shared unit per container: with time-slicing only when
-            # failRequestsGreaterThanOne is set (default false), with MPS always (it ignores the setting).
-            base["failRequestsGreaterThanOne"] = key == "mps" or bool(sharing.get("failRequestsGreaterThanOne", False))
-        if mode == "dra":
-            dra = pool.get("dra") or {}
-            _check_keys(
-                dra,
-                {
-                    "slicesPerNode",
-                    "migPartitions",
-                    "staleGeneration",
-                    "staleDriverVersion",
-                    "publishedSlices",
-                    "deviceTaints",
-                    "consumableCapacity",
-                },
-                f"{ctx}.dra",
-            )
-            consumable = dra.get("consumableCapacity")
-            if consumable is not None:
-                _check_keys(consumable, {"memory"}, f"{ctx}.dra.consumableCapacity")
-                consumable = {
-                    name: _capacity_policy(raw, f"{ctx}.dra.consumableCapacity.{name}") if raw else None
-                    for name, raw in consumable.items()
-                }
-            base["consumable"] = consumable
-            base["slicesPerNode"] = _int(dra.get("slicesPerNode", 1), f"{ctx}.dra.slicesPerNode", 1)
-            stale = dra.get("staleGeneration", False)
-            if not isinstance(stale, bool):
-                raise ScenarioError(f"{ctx}.dra.staleGeneration: expected true or false")
-            base["staleGeneration"] = stale
-            base["staleDriverVersion"] = _semver(
-                str(dra.get("staleDriverVersion", "535.183.06")), f"{ctx}.dra.staleDriverVersion"
-            )
-            published = dra.get("publishedSlices")
-            base["publishedSlices"] = None if published is None else _int(published, f"{ctx}.dra.publishedSlices", 1)
-            taints = []
-            for ti, t in enumerate(_list(dra, "deviceTaints", f"{ctx}.dra")):
-                tctx = f"{ctx}.dra.deviceTaints[{ti}]"
-                _check_keys(t, {"device", "key", "value", "effect"}, tctx, ("device", "key", "effect"))
-                if t["effect"] not in ("None", "NoSchedule", "NoExecute"):
-                    raise ScenarioError(f"{tctx}.effect: {t['effect']!r} is not one of None, NoSchedule, NoExecute")
-                taints.append({k: str(v) for k, v in t.items()})
-            base["deviceTaints"] = taints
-            parts = dra.get("migPartitions")
-            if parts and not base["migCapable"]:
-                raise ScenarioError(f"{ctx}.dra.migPartitions: model {model} is not MIG capable")
-            base["draMig"] = (
-                self._mig_layout(parts, f"{ctx}.dra.migPartitions", base, allow_overlap=True) if parts else None
-            )
         return base
+
+    def _gpu_mig(self, base: dict[str, Any], pool: dict, ctx: str) -> None:
+        """`mig:`: the cards' layout (a named config or an explicit one), the strategy and the MIG manager's state."""
+        mig = pool.get("mig") or {}
+        _check_keys(mig, {"config", "layout", "strategy", "configState", "configStateNodes"}, f"{ctx}.mig")
+        layout = mig.get("layout")
+        if layout is None:
+            cfg = mig.get("config", "all-1g.10gb")
+            if cfg not in MIG_CONFIGS:
+                raise ScenarioError(f"{ctx}.mig.config: unknown config {cfg!r}; give mig.layout explicitly")
+            layout = MIG_CONFIGS[cfg]
+        base["migConfig"] = str(mig.get("config", "custom"))
+        base["migLayout"] = self._mig_layout(layout, f"{ctx}.mig.layout", base)
+        strategy = mig.get("strategy", "mixed")
+        if strategy not in ("mixed", "single"):
+            raise ScenarioError(f"{ctx}.mig.strategy: must be mixed or single, got {strategy!r}")
+        if strategy == "single" and len(base["migLayout"]) != 1:
+            raise ScenarioError(
+                f"{ctx}.mig: the single strategy needs every card partitioned alike into one profile, "
+                f"got {', '.join(base['migLayout'])}"
+            )
+        base["migStrategy"] = strategy
+        state = mig.get("configState", "success")
+        if state not in MIG_CONFIG_STATES:
+            raise ScenarioError(f"{ctx}.mig.configState: must be one of {', '.join(MIG_CONFIG_STATES)}")
+        base["migConfigState"] = state
+        nodes = mig.get("configStateNodes")
+        base["migConfigStateNodes"] = None if nodes is None else _int(nodes, f"{ctx}.mig.configStateNodes")
+
+    @staticmethod
+    def _gpu_sharing(base: dict[str, Any], pool: dict, mode: str, ctx: str) -> None:
+        """`timeSlicing:` or `mps:`: replicas per card, renaming, and whether more than one unit is refused."""
+        key = "timeSlicing" if mode == "time-slicing" else "mps"
+        sharing = pool.get(key) or {}
+        allowed = {"replicas", "renameByDefault"} | ({"failRequestsGreaterThanOne"} if key == "timeSlicing" else set())
+        _check_keys(sharing, allowed, f"{ctx}.{key}")
+        base["replicas"] = _int(sharing.get("replicas", 4), f"{ctx}.{key}.replicas", 2)
+        base["renameByDefault"] = bool(sharing.get("renameByDefault", False))
+        # The device plugin refuses more than one shared unit per container: with time-slicing only when
+        # failRequestsGreaterThanOne is set (default false), with MPS always (it ignores the setting).
+        base["failRequestsGreaterThanOne"] = key == "mps" or bool(sharing.get("failRequestsGreaterThanOne", False))
+
+    def _gpu_dra(self, base: dict[str, Any], pool: dict, ctx: str) -> None:
+        """`dra:`: slices per node, consumable capacity, stale publications, device taints and MIG partitions."""
+        dra = pool.get("dra") or {}
+        _check_keys(
+            dra,
+            {
+                "slicesPerNode",
+                "migPartitions",
+                "staleGeneration",
+                "staleDriverVersion",
+                "publishedSlices",
+                "deviceTaints",
+                "consumableCapacity",
+            },
+            f"{ctx}.dra",
+        )
+        consumable = dra.get("consumableCapacity")
+        if consumable is not None:
+            _check_keys(consumable, {"memory"}, f"{ctx}.dra.consumableCapacity")
+            consumable = {
+                name: _capacity_policy(raw, f"{ctx}.dra.consumableCapacity.{name}") if raw else None
+                for name, raw in consumable.items()
+            }
+        base["consumable"] = consumable
+        base["slicesPerNode"] = _int(dra.get("slicesPerNode", 1), f"{ctx}.dra.slicesPerNode", 1)
+        stale = dra.get("staleGeneration", False)
+        if not isinstance(stale, bool):
+            raise ScenarioError(f"{ctx}.dra.staleGeneration: expected true or false")
+        base["staleGeneration"] = stale
+        base["staleDriverVersion"] = _semver(
+            str(dra.get("staleDriverVersion", "535.183.06")), f"{ctx}.dra.staleDriverVersion"
+        )
+        published = dra.get("publishedSlices")
+        base["publishedSlices"] = None if published is None else _int(published, f"{ctx}.dra.publishedSlices", 1)
+        base["deviceTaints"] = self._dra_device_taints(dra, ctx)
+        parts = dra.get("migPartitions")
+        if parts and not base["migCapable"]:
+            raise ScenarioError(f"{ctx}.dra.migPartitions: model {base['model']} is not MIG capable")
+        base["draMig"] = (
+            self._mig_layout(parts, f"{ctx}.dra.migPartitions", base, allow_overlap=True) if parts else None
+        )
+
+    @staticmethod
+    def _dra_device_taints(dra: dict, ctx: str) -> list[dict[str, str]]:
+        taints = []
+        for ti, t in enumerate(_list(dra, "deviceTaints", f"{ctx}.dra")):
+            tctx = f"{ctx}.dra.deviceTaints[{ti}]"
+            _check_keys(t, {"device", "key", "value", "effect"}, tctx, ("device", "key", "effect"))
+            if t["effect"] not in ("None", "NoSchedule", "NoExecute"):
+                raise ScenarioError(f"{tctx}.effect: {t['effect']!r} is not one of None, NoSchedule, NoExecute")
+            taints.append({k: str(v) for k, v in t.items()})
+        return taints
 
     @staticmethod
     def _mig_layout(layout: Any, ctx: str, gpu: dict, allow_overlap: bool = False) -> dict[str, int]:
