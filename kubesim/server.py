@@ -488,15 +488,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _patch(self, r: _Route, q: dict, body: bytes, dry_run: bool):
         store = self.sim.store
-        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        ptype = PATCH_TYPES.get(ctype)
-        if ptype is None or ptype == "unsupported":
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - "
-                f"accepted media types include: {', '.join(list(PATCH_TYPES)[:4])}",
-            )
+        ptype = self._patch_type()
         manager = q.get("fieldManager")
         if ptype == "apply" and not manager:
             raise ApiError(
@@ -511,47 +503,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with store.lock:
                 cur = store.get_stored(r.rt.plural, r.namespace, r.name)
                 if ptype == "apply":
-                    if not isinstance(doc, dict):
-                        raise ApiError(400, "BadRequest", "apply patch must be an object")
-                    if not doc.get("apiVersion") or not doc.get("kind"):
-                        raise ApiError(400, "BadRequest", "invalid object type: missing apiVersion or kind")
-                    self._fix_namespace(r, doc)
-                    if doc["metadata"].get("name", r.name) != r.name:
-                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-                    doc["metadata"]["name"] = r.name
-                    if cur is None:
-                        if r.subresource:
-                            raise not_found(r.rt.plural, r.name)
-                        new = patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
+                    new = self._applied(r, cur, doc, manager, force)
+                    if cur is None:  # server-side apply creates
                         admit = self._admit(r, "CREATE", r.name, dry_run)
                         out = store.create(r.rt.plural, self._stored(r, new), dry_run=dry_run, admit=admit)
                         self._send_json(201, self._served(r, out))
                         return
-                    new = patchmod.server_side_apply(
-                        self._served(r, cur.obj), doc, manager, force, r.rt.api_version, r.subresource
-                    )
                 else:
-                    if cur is None:
-                        raise not_found(r.rt.plural, r.name)
-                    if ptype == "merge":
-                        if not isinstance(doc, dict):
-                            raise ApiError(400, "BadRequest", "merge patch must be an object")
-                        new = patchmod.merge_patch(self._served(r, cur.obj), doc)
-                    elif ptype == "strategic":
-                        if not isinstance(doc, dict):
-                            raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
-                        new = patchmod.strategic_merge_patch(self._served(r, cur.obj), doc)
-                    else:
-                        new = patchmod.json_patch(self._served(r, cur.obj), doc)
-                    if not isinstance(new, dict):
-                        raise ApiError(422, "Invalid", "patched object is not an object")
-                    meta = new.get("metadata")
-                    if not isinstance(meta, dict) or meta.get("name") != r.name:
-                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-                    if meta.get("resourceVersion") == cur.obj["metadata"].get("resourceVersion"):
-                        meta = new["metadata"] = dict(meta)
-                        meta["resourceVersion"] = str(cur.rv)
-                    new = patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
+                    new = self._patched(r, cur, ptype, doc, manager)
                 admit = self._admit(r, "UPDATE", r.name, dry_run)
                 new = self._stored(r, new) if isinstance(new, dict) else new
                 out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource, admit=admit)
@@ -564,6 +523,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except patchmod.PatchError as e:
             raise ApiError(e.code, e.reason, str(e)) from e
         self._send_json(200, self._served(r, out))
+
+    def _patch_type(self) -> str:
+        """The patch type of the request's Content-Type: apply, merge, strategic or json."""
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        ptype = PATCH_TYPES.get(ctype)
+        if ptype is None or ptype == "unsupported":
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: {', '.join(list(PATCH_TYPES)[:4])}",
+            )
+        return ptype
+
+    def _applied(self, r: _Route, cur, doc, manager: str, force: bool) -> dict:
+        """Server-side apply of `doc` to the current object (or to nothing: a create; not on a subresource)."""
+        if not isinstance(doc, dict):
+            raise ApiError(400, "BadRequest", "apply patch must be an object")
+        if not doc.get("apiVersion") or not doc.get("kind"):
+            raise ApiError(400, "BadRequest", "invalid object type: missing apiVersion or kind")
+        self._fix_namespace(r, doc)
+        if doc["metadata"].get("name", r.name) != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        doc["metadata"]["name"] = r.name
+        if cur is None:
+            if r.subresource:
+                raise not_found(r.rt.plural, r.name)
+            return patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
+        return patchmod.server_side_apply(
+            self._served(r, cur.obj), doc, manager, force, r.rt.api_version, r.subresource
+        )
+
+    def _patched(self, r: _Route, cur, ptype: str, doc, manager: str) -> dict:
+        """A merge, strategic merge or JSON patch applied to the current object, with its managedFields entry."""
+        if cur is None:
+            raise not_found(r.rt.plural, r.name)
+        if ptype == "merge":
+            if not isinstance(doc, dict):
+                raise ApiError(400, "BadRequest", "merge patch must be an object")
+            new = patchmod.merge_patch(self._served(r, cur.obj), doc)
+        elif ptype == "strategic":
+            if not isinstance(doc, dict):
+                raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
+            new = patchmod.strategic_merge_patch(self._served(r, cur.obj), doc)
+        else:
+            new = patchmod.json_patch(self._served(r, cur.obj), doc)
+        if not isinstance(new, dict):
+            raise ApiError(422, "Invalid", "patched object is not an object")
+        meta = new.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        if meta.get("resourceVersion") == cur.obj["metadata"].get("resourceVersion"):
+            meta = new["metadata"] = dict(meta)
+            meta["resourceVersion"] = str(cur.rv)
+        return patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
 
     def _wants_table(self) -> bool:
         accept = self.headers.get("Accept") or ""
