@@ -38,7 +38,7 @@ from portal.models import (
     exception_key,
 )
 from portal.notifications import notify, users_with_role
-from portal.roles import Role, user_has_role
+from portal.tenancy.roles import Role, user_has_role
 
 RequestState = AccessRequest.State
 GrantState = Grant.State

@@ -37,7 +37,7 @@ from portal.enforcement import privileged_documents
 from portal.formatting import duration_text
 from portal.models import AccessKind, AccessRequest, Grant, TenantMembership, TenantNamespace, Violation
 from portal.notifications import notifications_read
-from portal.roles import Role, user_has_role
+from portal.tenancy.roles import Role, user_has_role
 
 
 def _targets(queryset: QuerySet[TenantNamespace]) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.models import Notification
-from portal.roles import Role
+from portal.tenancy.roles import Role
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from portal.models import (
     TenantNamespace,
 )
 from portal.notifications import approvers, notify
-from portal.roles import Role, user_has_role
+from portal.tenancy.roles import Role, user_has_role
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from portal.quota import (
     quota_request_withdraw,
 )
 from portal.quota_api import quota_rows, request_context, request_contexts
-from portal.roles import Role, user_has_role
+from portal.tenancy.roles import Role, user_has_role
 
 
 class QuotaRequestForm(forms.Form):

@@ -34,7 +34,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from audit.context import client_address
-from portal.roles import Role
+from portal.tenancy.roles import Role
 
 
 def admin_has_permission(request: HttpRequest) -> bool:

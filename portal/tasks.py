@@ -7,13 +7,6 @@ from celery import shared_task
 from inventory.errors import ClusterUnreachableError
 
 
-@shared_task(name="portal.tenant_namespaces_sync", ignore_result=True)
-def tenant_namespaces_sync_task() -> dict[str, int]:
-    from portal.tenancy import tenant_namespaces_sync
-
-    return tenant_namespaces_sync()
-
-
 def _on_apply_failure(self, exc, task_id, args, kwargs, einfo) -> None:
     from portal.quota import quota_apply_failed
 

@@ -24,7 +24,7 @@ from inventory.models import AllocationInterval, Cluster
 from portal.access import access_request_create
 from portal.models import AccessKind, TenantMembership
 from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory

@@ -300,7 +300,7 @@ PORTAL_KUBECONFIG_DIR = env("PORTAL_KUBECONFIG_DIR", default="")
 # The exact `proxy-url` values a kubeconfig may name; empty = no kubeconfig may send the portal through a proxy.
 PORTAL_KUBECONFIG_ALLOWED_PROXIES = env.list("PORTAL_KUBECONFIG_ALLOWED_PROXIES", default=[])
 
-# Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/roles.py.
+# Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/tenancy/roles.py.
 # Node names in REST API answers become stable pseudonyms for users who may not see sensitive data (docs/tokens.md).
 PORTAL_REDACT_NODE_NAMES = env.bool("PORTAL_REDACT_NODE_NAMES", default=False)
 PORTAL_SENSITIVE_DATA_GROUPS = env.list(

@@ -27,7 +27,7 @@ from integrations.services import webhook_subscription_create
 from portal.access import access_request_create, break_glass_grant
 from portal.models import QuotaRequest
 from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory

@@ -16,7 +16,7 @@ from catalog.models import Offering
 from portal.access import access_request_create
 from portal.models import AccessKind
 from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.browser.conftest import log_in_as
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

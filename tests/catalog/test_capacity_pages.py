@@ -20,7 +20,7 @@ from catalog.models import Offering
 from catalog.services.capacity import capacity_refresh
 from inventory.models import Device
 from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

@@ -41,7 +41,7 @@ from catalog.services.matching import ClusterDevices
 from inventory.kinds import SYNCED_KINDS
 from inventory.models import AllocationInterval, Cluster, Device, Node, Path, Pod, ResourceSlice
 from portal import chargeback as cb
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import live_cluster, make_user
 from tests.invariants.scenarios import random_scenario
 from tests.inventory.conftest import Watchers

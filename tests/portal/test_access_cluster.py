@@ -39,7 +39,7 @@ from portal.enforcement import (
 )
 from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, TenantNamespace, Violation
 from portal.quota import FIELD_MANAGER
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from portal.violations import scan_cluster
 from tests.conftest import make_user
 from tests.kubesim.conftest import request

@@ -33,7 +33,7 @@ from portal.quota import (
     quota_request_withdraw,
     quota_requests_confirm,
 )
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

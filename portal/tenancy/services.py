@@ -13,8 +13,7 @@ from audit.services import audit_record
 from inventory.errors import PortalError
 from inventory.k8s.semantics import is_dns_label, is_qualified_name
 from inventory.models import Cluster, Namespace
-from inventory.scoping import EVERYTHING, NOTHING, NamespaceScope
-from portal.models import NamespaceLabelRule, Tenant, TenantMembership, TenantNamespace
+from portal.tenancy.models import NamespaceLabelRule, Tenant, TenantMembership, TenantNamespace
 
 
 class TenancyError(PortalError):
@@ -144,23 +143,3 @@ def tenant_namespaces_sync(*, actor: Any = None) -> dict[str, int]:
                              before={"namespace": name, "tenant": row.tenant.slug, "source": "label"})
                 counts["removed"] += 1
     return counts
-
-
-def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
-    """Namespaces of `cluster` the user may target: their tenants' (all tenants' for platform roles). Registered as
-    the inventory's `targets_for` (portal/apps.py)."""
-    return list(TenantNamespace.objects.visible_to(user).filter(cluster=cluster).order_by("namespace")
-                .values_list("namespace", flat=True))
-
-
-def namespace_scope(user: Any) -> NamespaceScope:
-    """What the user sees of namespaced inventory rows: every namespace for the roles that see every tenant,
-    otherwise exactly their tenants' namespaces. Registered as the inventory's `scope_for` (portal/apps.py)."""
-    from portal.models import sees_all_tenants
-
-    if not getattr(user, "is_authenticated", False):
-        return NOTHING
-    if sees_all_tenants(user):
-        return EVERYTHING
-    return NamespaceScope(pairs=frozenset(TenantNamespace.objects.visible_to(user).values_list("cluster_id",
-                                                                                                 "namespace")))

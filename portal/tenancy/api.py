@@ -1,5 +1,5 @@
 """REST API for tenants: everyone sees their own tenants (platform roles see all); platform admins create tenants,
-set members and assign namespaces. Writes go through portal.tenancy (audited)."""
+set members and assign namespaces. Writes go through portal.tenancy.services (audited)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from rest_framework.settings import api_settings
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
-from portal.models import Tenant, TenantMembership, TenantNamespace
-from portal.roles import Role, user_has_role
-from portal.tenancy import membership_set, namespace_assign, tenant_create
+from portal.tenancy.models import Tenant, TenantMembership, TenantNamespace
+from portal.tenancy.roles import Role, user_has_role
+from portal.tenancy.services import membership_set, namespace_assign, tenant_create
 
 
 class PlatformAdminWrites(permissions.BasePermission):

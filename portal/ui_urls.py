@@ -1,11 +1,12 @@
+"""The portal's pages (namespace `portal`): each domain package brings its own urls module."""
+
 from django.urls import include, path
 
-from portal import chargeback_views, telemetry_views, views
+from portal import chargeback_views, telemetry_views
 
 app_name = "portal"
 urlpatterns = [
-    path("tenants/", views.TenantListView.as_view(), name="tenant_list"),
-    path("tenants/<slug:slug>/", views.TenantDetailView.as_view(), name="tenant_detail"),
+    path("", include("portal.tenancy.urls")),
     path("quota/", include("portal.quota_urls")),
     path("access/", include("portal.access_urls")),
     path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),
