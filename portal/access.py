@@ -37,7 +37,8 @@ from portal.models import (
     TenantNamespace,
     exception_key,
 )
-from portal.notifications import notify, users_with_role
+from portal.notifications.selectors import users_with_role
+from portal.notifications.services import notify
 from portal.tenancy.roles import Role, user_has_role
 
 RequestState = AccessRequest.State

@@ -35,7 +35,7 @@ from portal.models import (
     Violation,
     sees_all_tenants,
 )
-from portal.notifications import notifications_read
+from portal.notifications.services import notifications_read
 
 MAX_WINDOW = dt.timedelta(days=366)
 

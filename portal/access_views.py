@@ -36,7 +36,7 @@ from portal.access_api import visible_violations
 from portal.enforcement import privileged_documents
 from portal.formatting import duration_text
 from portal.models import AccessKind, AccessRequest, Grant, TenantMembership, TenantNamespace, Violation
-from portal.notifications import notifications_read
+from portal.notifications.services import notifications_read
 from portal.tenancy.roles import Role, user_has_role
 
 

@@ -401,7 +401,7 @@ def grants_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
             locked.save(update_fields=["state", "activated_at", "updated_at"])
             audit_record(actor=None, verb="grant.active", target=locked, before=before, after=grant_snapshot(locked),
                          data={"evidence": evidence})
-            from portal.notifications import notify
+            from portal.notifications.services import notify
 
             notify(users=[locked.request.requested_by], subject=f"Grant {locked.pk} is active in the cluster",
                    body=f"{locked.get_kind_display()} for {locked.namespace} until {locked.ends_at:%Y-%m-%d %H:%M} UTC",

@@ -10,6 +10,7 @@ from django.db import models
 from django.urls import reverse
 
 from inventory.models import Cluster
+from portal.notifications.models import Notification
 from portal.tenancy.models import (
     GLOBAL_VIEW_GROUPS,
     NamespaceLabelRule,
@@ -194,24 +195,6 @@ class QuotaDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.approver} {self.decision} #{self.request_id}"
-
-
-class Notification(models.Model):
-    """An in-app inbox entry (also sent by e-mail)."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
-    subject = models.CharField(max_length=200)
-    body = models.TextField(blank=True)
-    url = models.CharField(max_length=300, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    read_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["user", "read_at"], name="portal_notification_unread")]
-
-    def __str__(self) -> str:
-        return f"{self.user_id}: {self.subject}"
 
 
 # ------------------------------------------------------------------------------------------ access exceptions
@@ -611,6 +594,7 @@ class IdlePolicy(models.Model):
 __all__ = [
     "GLOBAL_VIEW_GROUPS",
     "NamespaceLabelRule",
+    "Notification",
     "Tenant",
     "TenantMembership",
     "TenantNamespace",

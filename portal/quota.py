@@ -52,7 +52,8 @@ from portal.models import (
     TenantMembership,
     TenantNamespace,
 )
-from portal.notifications import approvers, notify
+from portal.notifications.selectors import approvers
+from portal.notifications.services import notify
 from portal.tenancy.roles import Role, user_has_role
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from inventory.api.fields import SlugRelatedField
 from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
 from inventory.models import Cluster, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace
-from portal.notifications import notifications_read
+from portal.notifications.services import notifications_read
 from portal.quota import (
     quota_keys,
     quota_request_create,

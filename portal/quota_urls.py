@@ -7,6 +7,4 @@ urlpatterns = [
     path("requests/<int:pk>/", quota_views.QuotaRequestDetailView.as_view(), name="quota_request_detail"),
     path("queue/", quota_views.ApprovalQueueView.as_view(), name="quota_queue"),
     path("oversubscription/", quota_views.OversubscriptionView.as_view(), name="oversubscription"),
-    path("inbox/", quota_views.InboxView.as_view(), name="inbox"),
-    path("inbox/unread/", quota_views.InboxUnreadView.as_view(), name="inbox_unread"),
 ]

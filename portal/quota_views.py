@@ -13,14 +13,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views import View
 from django.views.generic import ListView, TemplateView
 
 from catalog.models import Offering, OfferingCapacity
 from inventory.errors import PortalError
-from portal.models import Notification, QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
-from portal.notifications import notifications_read
+from portal.models import QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
+from portal.notifications.services import notifications_read
 from portal.quota import (
     MAX_UNITS,
     desired_hards,
@@ -204,26 +203,3 @@ class OversubscriptionView(ApproverRequiredMixin, TemplateView):
             granted_quota__isnull=False).order_by("cluster__name", "offering__name")
         context["rows"] = sorted(rows, key=lambda r: -(r.oversubscription or 0))
         return context
-
-
-class InboxView(LoginRequiredMixin, ListView):
-    template_name = "portal/inbox.html"
-    context_object_name = "notifications"
-    paginate_by = 50
-
-    def get_queryset(self) -> QuerySet[Notification]:
-        return Notification.objects.filter(user=self.request.user)
-
-    def post(self, request: HttpRequest) -> HttpResponse:
-        Notification.objects.filter(user=request.user, read_at__isnull=True).update(read_at=timezone.now())
-        return redirect("portal:inbox")
-
-
-class InboxUnreadView(LoginRequiredMixin, View):
-    """The nav's unread badge, loaded lazily so pages do not pay a query for it."""
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        unread = Notification.objects.filter(user=request.user, read_at__isnull=True).count()
-        if not unread:
-            return HttpResponse("")
-        return HttpResponse(f'<span class="badge" data-testid="inbox-unread">{unread}</span>')

@@ -109,7 +109,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"  # each role lands where its work is (portal.views.home)
 LOGOUT_REDIRECT_URL = "login"
 
-# Notification e-mail (portal/notifications.py). The demo writes messages to files under var/mail instead.
+# Notification e-mail (portal/notifications/services.py). The demo writes messages to files under var/mail instead.
 EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env("DJANGO_EMAIL_HOST", default="localhost")
 EMAIL_PORT = env.int("DJANGO_EMAIL_PORT", default=25)

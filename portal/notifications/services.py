@@ -7,13 +7,11 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from portal.models import Notification
-from portal.tenancy.roles import Role
+from portal.notifications.models import Notification
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +37,3 @@ def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "")
 def notifications_read(user: Any, url: str) -> int:
     """The user acted on what these notifications point at: they are no longer news."""
     return Notification.objects.filter(user=user, url=url, read_at__isnull=True).update(read_at=timezone.now())
-
-
-def users_with_role(role: Role) -> list[Any]:
-    return list(get_user_model().objects.filter(groups__name=role.value, is_active=True).distinct())
-
-
-def approvers() -> list[Any]:
-    return users_with_role(Role.APPROVER)
