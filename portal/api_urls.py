@@ -3,7 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewSet
 from portal.chargeback_api import ChargebackView, FocusExportView
-from portal.quota_api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
+from portal.quota.api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
 from portal.telemetry_api import DeviceUtilizationView, UtilizationView
 from portal.tenancy.api import TenantViewSet
 

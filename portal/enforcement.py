@@ -35,7 +35,7 @@ from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE
 from inventory.models import AdmissionPolicy, AdmissionPolicyBinding, Cluster, ConfigMap, Namespace, ResourceClaim
 from portal.access import IN_FORCE, access_policy, grant_snapshot
 from portal.models import EXCEPTION_KEY_SEPARATOR, AccessKind, EnforcementSettings, Grant, GrantUse, TenantNamespace
-from portal.quota import FIELD_MANAGER
+from portal.quota.services import FIELD_MANAGER
 
 logger = logging.getLogger(__name__)
 

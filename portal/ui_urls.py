@@ -7,7 +7,7 @@ from portal import chargeback_views, telemetry_views
 app_name = "portal"
 urlpatterns = [
     path("", include("portal.tenancy.urls")),
-    path("quota/", include("portal.quota_urls")),
+    path("quota/", include("portal.quota.urls")),
     path("quota/", include("portal.notifications.urls")),  # the inbox (/quota/inbox/)
     path("access/", include("portal.access_urls")),
     path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),

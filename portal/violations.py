@@ -47,7 +47,7 @@ from portal.enforcement import (
     policy_problems,
 )
 from portal.models import AccessKind, EnforcementSettings, Grant, GrantUse, Violation, exception_key
-from portal.quota import FIELD_MANAGER
+from portal.quota.services import FIELD_MANAGER
 
 Kind = Violation.Kind
 GRACE = dt.timedelta(minutes=2)

@@ -23,7 +23,7 @@ from catalog.models import UnitKind
 from inventory.models import AllocationInterval, Cluster
 from portal.access import access_request_create
 from portal.models import AccessKind, TenantMembership
-from portal.quota import quota_request_create
+from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user

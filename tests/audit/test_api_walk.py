@@ -26,7 +26,7 @@ from catalog.models import Offering
 from integrations.services import webhook_subscription_create
 from portal.access import access_request_create, break_glass_grant
 from portal.models import QuotaRequest
-from portal.quota import quota_request_create
+from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user

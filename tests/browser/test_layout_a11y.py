@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 from catalog.models import Offering
 from portal.access import access_request_create
 from portal.models import AccessKind
-from portal.quota import quota_request_create
+from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role
 from tests.browser.conftest import log_in_as
 from tests.conftest import make_user

@@ -38,7 +38,7 @@ from portal.enforcement import (
     undone_in_cluster,
 )
 from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, TenantNamespace, Violation
-from portal.quota import FIELD_MANAGER
+from portal.quota.services import FIELD_MANAGER
 from portal.tenancy.roles import Role
 from portal.violations import scan_cluster
 from tests.conftest import make_user

@@ -18,7 +18,7 @@ from inventory.leases import lease_backend
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest
-from portal.quota import (
+from portal.quota.services import (
     FIELD_MANAGER,
     QUOTA_NAME,
     QuotaRequestError,

@@ -3,10 +3,8 @@ queue, the platform admins' oversubscription view, and the inbox."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.db.models import QuerySet
@@ -16,73 +14,20 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import ListView, TemplateView
 
-from catalog.models import Offering, OfferingCapacity
+from catalog.models import OfferingCapacity
 from inventory.errors import PortalError
-from portal.models import QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
+from portal.models import QuotaNamespaceState, QuotaRequest, TenantMembership
 from portal.notifications.services import notifications_read
-from portal.quota import (
-    MAX_UNITS,
-    desired_hards,
-    granted_units,
+from portal.quota.forms import QuotaRequestForm
+from portal.quota.selectors import quota_rows, request_context, request_contexts
+from portal.quota.services import (
     quota_request_create,
     quota_request_decide,
     quota_request_reduce,
     quota_request_retry,
     quota_request_withdraw,
 )
-from portal.quota_api import quota_rows, request_context, request_contexts
 from portal.tenancy.roles import Role, user_has_role
-
-
-class QuotaRequestForm(forms.Form):
-    target = forms.ChoiceField(label="Namespace")
-    offering = forms.ModelChoiceField(queryset=Offering.objects.browsable().order_by("name"), to_field_name="slug")
-    units = forms.IntegerField(min_value=1, max_value=MAX_UNITS, label="Increase by (units)",
-                               help_text="Added to what the namespace is granted now.")
-    ends_at = forms.DateTimeField(required=False, label="Until (empty: open-ended)",
-                                  widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
-    over_capacity = forms.BooleanField(required=False, label="Beyond physical capacity on purpose",
-                                       help_text="Required when the total exceeds the cards the cluster has; say why "
-                                                 "in the justification.")
-
-    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        led = list(TenantNamespace.objects.filter(
-            tenant__memberships__user=user, tenant__memberships__role=TenantMembership.Role.LEAD
-        ).select_related("cluster").order_by("cluster__name", "namespace"))
-        self.fields["target"].choices = [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
-                                         for tn in led]
-        self.figures = _figures(led, list(self.fields["offering"].queryset))
-        self.figures_json = json.dumps(self.figures)  # read by portal.js (a data attribute: no inline script)
-
-    def clean(self) -> dict[str, Any]:
-        """The resulting total against physical capacity: beyond it only when the lead says so on purpose."""
-        values = super().clean()
-        target, offering, units = values.get("target"), values.get("offering"), values.get("units")
-        if target is None or offering is None or units is None:
-            return values
-        total = self.figures["granted"].get(f"{target}|{offering.slug}", 0) + units
-        physical = self.figures["physical"].get(f"{target.split('/', 1)[0]}|{offering.slug}")
-        if physical and total > physical and not values.get("over_capacity"):
-            self.add_error("over_capacity", f"{total:,} units in total exceed the {physical:,} physical units of "
-                                            f"{offering.name} in this cluster: tick this and say why in the "
-                                            "justification, or ask for fewer.")
-        return values
-
-
-def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str, dict[str, int]]:
-    """For the form's live total: units granted per (namespace, offering) and physical units per (cluster,
-    offering) from the last capacity recomputation."""
-    granted: dict[str, int] = {}
-    hards = desired_hards((tn.cluster_id, tn.namespace) for tn in led)
-    for tn in led:
-        hard = hards[(tn.cluster_id, tn.namespace)]
-        for offering in offerings:
-            granted[f"{tn.cluster_id}/{tn.namespace}|{offering.slug}"] = granted_units(tn.cluster_id, offering, hard)
-    physical = {f"{row.cluster_id}|{row.offering.slug}": row.quota_capacity for row in OfferingCapacity.objects.filter(
-        cluster_id__in={tn.cluster_id for tn in led}).select_related("offering") if row.quota_capacity}
-    return {"granted": granted, "physical": physical}
 
 
 class QuotaView(LoginRequiredMixin, TemplateView):

@@ -40,7 +40,9 @@ from catalog.models import DRA_KINDS, Lifecycle, Offering
 from inventory.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import as_dict, format_quantity, is_extended_resource, parse_quantity
 from inventory.models import DeviceClass, ResourceQuota
-from portal.models import (
+from portal.notifications.selectors import approvers
+from portal.notifications.services import notify
+from portal.quota.models import (
     DEFAULT_APPROVALS,
     DEFAULT_APPROVALS_ABOVE,
     DEFAULT_THRESHOLD,
@@ -49,11 +51,8 @@ from portal.models import (
     QuotaOwnership,
     QuotaPolicy,
     QuotaRequest,
-    TenantMembership,
-    TenantNamespace,
 )
-from portal.notifications.selectors import approvers
-from portal.notifications.services import notify
+from portal.tenancy.models import TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
 
 logger = logging.getLogger(__name__)
@@ -644,7 +643,7 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
 
 
 def _enqueue_namespace(cluster_id: int, namespace: str) -> None:
-    from portal.tasks import quota_apply_task
+    from portal.quota.tasks import quota_apply_task
 
     transaction.on_commit(lambda: quota_apply_task.delay(cluster_id, namespace))
 
