@@ -9,7 +9,8 @@ urlpatterns = [
     path("", include("portal.tenancy.urls")),
     path("quota/", include("portal.quota.urls")),
     path("quota/", include("portal.notifications.urls")),  # the inbox (/quota/inbox/)
-    path("access/", include("portal.access_urls")),
+    path("access/", include("portal.access.urls")),
+    path("access/", include("portal.enforcement.urls")),  # violations, policy manifests (/access/...)
     path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),
     path("utilization/", telemetry_views.MyGpusView.as_view(), name="utilization"),
     path("utilization/devices/<int:pk>/", telemetry_views.DeviceUtilizationPage.as_view(),

@@ -53,7 +53,7 @@ from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
 from inventory.services.sync import cluster_sync_once
 from kubesim import Simulator
-from portal.access import access_request_create, break_glass_grant
+from portal.access.services import access_request_create, break_glass_grant
 from portal.management.commands.demo_tenants import LABEL, TENANTS
 from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from playwright.sync_api import Browser, Page, expect
 
 from catalog.models import Offering
-from portal.access import access_request_create
+from portal.access.services import access_request_create
 from portal.models import AccessKind
 from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role

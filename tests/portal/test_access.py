@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from portal.access import (
+from portal.access.services import (
     AccessError,
     AccessStateError,
     access_expire_due,

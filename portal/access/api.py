@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -18,22 +18,13 @@ from rest_framework.response import Response
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster
-from portal.access import (
+from portal.access.models import AccessKind, AccessRequest, AccessReview, Grant, GrantUse
+from portal.access.services import (
     access_request_create,
     access_request_review,
     access_request_withdraw,
     break_glass_grant,
     grant_revoke,
-)
-from portal.models import (
-    AccessKind,
-    AccessRequest,
-    AccessReview,
-    Grant,
-    GrantUse,
-    TenantNamespace,
-    Violation,
-    sees_all_tenants,
 )
 from portal.notifications.services import notifications_read
 
@@ -237,49 +228,3 @@ class GrantViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         grant_revoke(actor=request.user, grant_id=target.pk, reason=data.validated_data["reason"])
         return Response(self.get_serializer(self.get_queryset().get(pk=target.pk)).data)
-
-
-def visible_violations(user: Any) -> QuerySet[Violation]:
-    """Platform roles see every violation; tenants those in their own namespaces."""
-    violations = Violation.objects.select_related("cluster")
-    if sees_all_tenants(user):
-        return violations
-    owned = Q(pk__in=[])
-    for cluster_id, namespace in TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace"):
-        owned |= Q(cluster_id=cluster_id, namespace=namespace)
-    return violations.filter(owned)
-
-
-class ViolationSerializer(serializers.ModelSerializer):
-    cluster = serializers.CharField(source="cluster.name", read_only=True)
-    open = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Violation
-        fields = ["id", "kind", "cluster", "namespace", "subject", "message", "evidence", "grant", "open",
-                  "first_seen_at", "last_seen_at", "resolved_at"]
-        read_only_fields = fields
-
-    def get_open(self, obj: Violation) -> bool:
-        return obj.resolved_at is None
-
-
-class ViolationFilter(django_filters.FilterSet):
-    kind = django_filters.ChoiceFilter(choices=Violation.Kind.choices)
-    open = django_filters.BooleanFilter(field_name="resolved_at", lookup_expr="isnull")
-    namespace = django_filters.CharFilter()
-    cluster = django_filters.CharFilter(field_name="cluster__name")
-    grant = django_filters.NumberFilter()
-
-    class Meta:
-        model = Violation
-        fields: list[str] = []
-
-
-class ViolationViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
-    token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
-    serializer_class = ViolationSerializer
-    filterset_class = ViolationFilter
-
-    def get_queryset(self) -> QuerySet[Violation]:
-        return visible_violations(self.request.user)

@@ -33,8 +33,10 @@ from django.utils import timezone
 from audit.services import audit_record
 from inventory.k8s.podsecurity import pod_violations, prefilter_keys
 from inventory.models import Cluster, Namespace, Pod
-from portal.access import IN_FORCE, access_policy
-from portal.enforcement import (
+from portal.access.models import AccessKind, Grant, GrantUse, exception_key
+from portal.access.services import IN_FORCE, access_policy
+from portal.enforcement.models import EnforcementSettings, Violation
+from portal.enforcement.services import (
     ADMIN_LABEL,
     POLICY_NAME,
     admin_claims,
@@ -46,7 +48,6 @@ from portal.enforcement import (
     manages_policy,
     policy_problems,
 )
-from portal.models import AccessKind, EnforcementSettings, Grant, GrantUse, Violation, exception_key
 from portal.quota.services import FIELD_MANAGER
 
 Kind = Violation.Kind
@@ -77,7 +78,8 @@ def privileged_details(raw: dict[str, Any]) -> dict[str, Any] | None:
     found = pod_violations(raw)
     if not found:
         return None
-    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    spec_value = raw.get("spec")
+    spec = spec_value if isinstance(spec_value, dict) else {}
     labels = (raw.get("metadata") or {}).get("labels") or {}
     return {"violations": [{"control": v.control, "container": v.container, "container_kind": v.container_kind,
                             "field": v.field, "value": v.value} for v in found],
@@ -105,9 +107,9 @@ def _applied(grant: Grant) -> bool:
 
 def _scan_admin_claims(scan: Scan, cluster_id: int, now: dt.datetime) -> None:
     grants: dict[str, list[Grant]] = defaultdict(list)
-    for grant in Grant.objects.filter(kind=AccessKind.ADMIN_ACCESS, cluster_id=cluster_id).order_by("-starts_at"):
-        if _applied(grant):
-            grants[grant.namespace].append(grant)
+    for applied in Grant.objects.filter(kind=AccessKind.ADMIN_ACCESS, cluster_id=cluster_id).order_by("-starts_at"):
+        if _applied(applied):
+            grants[applied.namespace].append(applied)
     for claim in admin_claims(cluster_id):
         subject = f"resourceclaim/{claim.namespace}/{claim.name}"
         evidence = {"claim": f"{claim.namespace}/{claim.name}", "uid": claim.uid,

@@ -4,12 +4,8 @@ manifests to download for clusters where the portal may not write them."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from typing import Any
 
-import yaml
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.db.models import Q, QuerySet
@@ -19,12 +15,12 @@ from django.utils import timezone
 from django.views import View
 from django.views.generic import ListView, TemplateView
 
-from audit.models import AuditEvent
 from inventory.errors import PortalError
-from inventory.models import Cluster
-from portal.access import (
+from portal.access.forms import AccessRequestForm, BreakGlassForm, target_choices
+from portal.access.models import AccessRequest, Grant
+from portal.access.selectors import access_request_trail
+from portal.access.services import (
     IN_FORCE,
-    access_policy,
     access_request_create,
     access_request_review,
     access_request_withdraw,
@@ -32,61 +28,9 @@ from portal.access import (
     grant_revoke,
     reviewable_by,
 )
-from portal.access_api import visible_violations
-from portal.enforcement import privileged_documents
-from portal.formatting import duration_text
-from portal.models import AccessKind, AccessRequest, Grant, TenantMembership, TenantNamespace, Violation
 from portal.notifications.services import notifications_read
+from portal.tenancy.models import TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
-
-
-def _targets(queryset: QuerySet[TenantNamespace]) -> list[tuple[str, str]]:
-    return [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
-            for tn in queryset.select_related("cluster").order_by("cluster__name", "namespace")]
-
-
-class AccessRequestForm(forms.Form):
-    kind = forms.ChoiceField(choices=AccessKind.choices)
-    target = forms.ChoiceField(label="Namespace")
-    service_account = forms.CharField(required=False, max_length=253, help_text="Privileged only.")
-    workload = forms.CharField(required=False, max_length=63, label="Workload (app.kubernetes.io/name, optional)")
-    window_hours = forms.DecimalField(label="Window (hours)", min_value=0.1, max_value=8784, decimal_places=2)
-    starts_at = forms.DateTimeField(required=False, label="Starts (empty: when approved)",
-                                    widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    ticket_ref = forms.CharField(max_length=120, label="Ticket reference")
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
-
-    def __init__(self, targets: list[tuple[str, str]], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["target"].choices = targets
-        # The limits are said before submit: the window's maximum per kind (policy), the service account only for
-        # privileged (portal.js disables it for adminAccess and swaps the maximum when the kind changes).
-        self.max_hours = {kind: access_policy(kind).max_window.total_seconds() / 3600 for kind in AccessKind.values}
-        limits = "; ".join(f"{AccessKind(kind).label}: at most {duration_text(dt.timedelta(hours=hours))}"
-                           for kind, hours in self.max_hours.items())
-        window = self.fields["window_hours"]
-        window.help_text = limits
-        window.widget.attrs.update({"data-max-hours": json.dumps(self.max_hours), "step": "any",
-                                    "max": f"{max(self.max_hours.values()):g}"})
-        self.fields["kind"].widget.attrs["data-controls"] = "access-scope"
-        self.fields["service_account"].help_text = "Privileged only: adminAccess covers the whole namespace."
-        self.fields["workload"].help_text = "Privileged only."
-
-    def clean(self) -> dict[str, Any]:
-        values = super().clean()
-        kind, hours = values.get("kind"), values.get("window_hours")
-        if kind in self.max_hours and hours is not None and float(hours) > self.max_hours[kind]:
-            limit = duration_text(dt.timedelta(hours=self.max_hours[kind]))
-            self.add_error("window_hours", f"{AccessKind(kind).label} is granted for at most {limit}.")
-        return values
-
-    def service_kwargs(self) -> dict[str, Any]:
-        values = self.cleaned_data
-        cluster_id, namespace = values["target"].split("/", 1)
-        return {"kind": values["kind"], "cluster_id": int(cluster_id), "namespace": namespace,
-                "service_account": values["service_account"], "workload": values["workload"],
-                "window": dt.timedelta(hours=float(values["window_hours"])), "ticket_ref": values["ticket_ref"],
-                "reason": values["reason"]}
 
 
 def _is_reviewer(user: Any) -> bool:
@@ -98,7 +42,7 @@ class AccessView(LoginRequiredMixin, TemplateView):
 
     def _form(self, data: Any = None) -> AccessRequestForm:
         owned = TenantNamespace.objects.filter(tenant__memberships__user=self.request.user)
-        return AccessRequestForm(_targets(owned), data)
+        return AccessRequestForm(target_choices(owned), data)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -125,16 +69,6 @@ class AccessView(LoginRequiredMixin, TemplateView):
         return self.render_to_response(self.get_context_data(form=form))
 
 
-def _trail(access_request: AccessRequest, grant: Grant | None) -> QuerySet[AuditEvent]:
-    """Everything recorded about the request, its grant and the violations linked to the grant."""
-    condition = Q(target_type="portal.accessrequest", target_id=str(access_request.pk))
-    if grant is not None:
-        violation_ids = [str(pk) for pk in grant.violations.values_list("pk", flat=True)]
-        condition |= Q(target_type="portal.grant", target_id=str(grant.pk))
-        condition |= Q(target_type="portal.violation", target_id__in=violation_ids)
-    return AuditEvent.objects.filter(condition).order_by("id")
-
-
 class AccessRequestDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         access_request = get_object_or_404(AccessRequest.objects.visible_to(request.user).select_related(
@@ -148,7 +82,7 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
             "ar_live": access_request.state == AccessRequest.State.SUBMITTED,
             "grant_live": grant is not None and grant.state == Grant.State.PENDING,
             "uses": grant.uses.all() if grant else [], "violations": grant.violations.all() if grant else [],
-            "trail": _trail(access_request, grant),
+            "trail": access_request_trail(access_request, grant),
             "can_review": reviewable_by(user, access_request),
             "can_withdraw": access_request.requested_by_id == user.pk and access_request.state == "submitted",
             "can_revoke": in_force and _is_reviewer(user),
@@ -207,16 +141,12 @@ class AccessQueueView(ReviewerRequiredMixin, ListView):
         return context
 
 
-class BreakGlassForm(AccessRequestForm):
-    starts_at = None  # type: ignore[assignment] - break-glass starts now
-
-
 class BreakGlassView(LoginRequiredMixin, UserPassesTestMixin, View):
     def test_func(self) -> bool:
         return user_has_role(self.request.user, Role.PLATFORM_ADMIN)
 
     def _form(self, data: Any = None) -> BreakGlassForm:
-        return BreakGlassForm(_targets(TenantNamespace.objects.all()), data)
+        return BreakGlassForm(target_choices(TenantNamespace.objects.all()), data)
 
     def get(self, request: HttpRequest) -> HttpResponse:
         return render(request, "portal/access_break_glass.html", {"form": self._form()})
@@ -232,37 +162,3 @@ class BreakGlassView(LoginRequiredMixin, UserPassesTestMixin, View):
                 messages.warning(request, f"Break-glass grant {grant.pk} issued; security approvers must review it.")
                 return redirect(grant.request)
         return render(request, "portal/access_break_glass.html", {"form": form})
-
-
-class ViolationListView(LoginRequiredMixin, ListView):
-    template_name = "portal/violations.html"
-    context_object_name = "violations"
-    paginate_by = 100
-
-    def get_queryset(self) -> QuerySet[Violation]:
-        violations = visible_violations(self.request.user)
-        if self.request.GET.get("all") != "1":
-            violations = violations.filter(resolved_at__isnull=True)
-        return violations.order_by("resolved_at", "-first_seen_at")
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["show_all"] = self.request.GET.get("all") == "1"
-        context["clusters"] = Cluster.objects.all() if user_has_role(self.request.user, Role.PLATFORM_ADMIN) else []
-        return context
-
-
-class PolicyManifestView(LoginRequiredMixin, UserPassesTestMixin, View):
-    """The privileged enforcement objects of one cluster as multi-document YAML (apply with kubectl where the
-    portal may not write them)."""
-
-    def test_func(self) -> bool:
-        return user_has_role(self.request.user, Role.PLATFORM_ADMIN)
-
-    def get(self, request: HttpRequest, name: str) -> HttpResponse:
-        cluster = get_object_or_404(Cluster, name=name)
-        documents = privileged_documents(cluster.pk, timezone.now())
-        body = yaml.safe_dump_all(documents, sort_keys=False)
-        response = HttpResponse(body, content_type="application/yaml")
-        response["Content-Disposition"] = f'attachment; filename="accelerator-portal-privileged-{cluster.pk}.yaml"'
-        return response

@@ -8,7 +8,7 @@ Rules: only security approvers review; nobody reviews their own request or one f
 reviews once; N distinct approvals issue the grant (N per kind, AccessPolicy); an expired request cannot be
 approved; a grant's end never moves — an extension is a new request (`extends`), which starts when the old grant
 ends. Every transition is one durable transaction under a row lock with its audit event; cluster writes happen in
-Celery tasks after commit (portal/enforcement.py).
+Celery tasks after commit (portal/enforcement/services.py).
 """
 
 from __future__ import annotations
@@ -25,20 +25,19 @@ from inventory.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import is_dns_subdomain
 from inventory.models import Cluster
 from inventory.selectors import admission_policy_unavailable_reason, dra_unavailable_reason
-from portal.formatting import duration_text
-from portal.models import (
+from portal.access.models import (
     EXCEPTION_KEY_MAX,
     AccessKind,
     AccessPolicy,
     AccessRequest,
     AccessReview,
     Grant,
-    TenantMembership,
-    TenantNamespace,
     exception_key,
 )
+from portal.formatting import duration_text
 from portal.notifications.selectors import users_with_role
 from portal.notifications.services import notify
+from portal.tenancy.models import TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
 
 RequestState = AccessRequest.State
@@ -266,7 +265,7 @@ def _issue_grant(actor: Any, request: AccessRequest, now: dt.datetime, *,
 
 def enqueue_enforcement(grant: Grant) -> None:
     """After commit, bring the cluster to the desired state for this grant's scope (idempotent task)."""
-    from portal.tasks import enforcement_apply_task
+    from portal.enforcement.tasks import enforcement_apply_task
 
     cluster_id = grant.cluster_id
     namespace = grant.namespace if grant.kind == AccessKind.ADMIN_ACCESS else ""

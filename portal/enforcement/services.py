@@ -33,9 +33,11 @@ from audit.services import audit_record
 from inventory.k8s.podsecurity import cel_variables
 from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE
 from inventory.models import AdmissionPolicy, AdmissionPolicyBinding, Cluster, ConfigMap, Namespace, ResourceClaim
-from portal.access import IN_FORCE, access_policy, grant_snapshot
-from portal.models import EXCEPTION_KEY_SEPARATOR, AccessKind, EnforcementSettings, Grant, GrantUse, TenantNamespace
+from portal.access.models import EXCEPTION_KEY_SEPARATOR, AccessKind, Grant, GrantUse
+from portal.access.services import IN_FORCE, access_policy, grant_snapshot
+from portal.enforcement.models import EnforcementSettings
 from portal.quota.services import FIELD_MANAGER
+from portal.tenancy.models import TenantNamespace
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +370,7 @@ def enforcement_apply_failed(*, cluster_id: int, namespace: str, error: str) -> 
 
 
 def _enqueue(cluster_id: int, namespace: str) -> None:
-    from portal.tasks import enforcement_apply_task
+    from portal.enforcement.tasks import enforcement_apply_task
 
     transaction.on_commit(lambda: enforcement_apply_task.delay(cluster_id, namespace))
 
