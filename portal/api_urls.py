@@ -2,7 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from portal.access.api import AccessRequestViewSet, GrantViewSet
-from portal.chargeback_api import ChargebackView, FocusExportView
+from portal.chargeback.api import ChargebackView, FocusExportView
 from portal.enforcement.api import ViolationViewSet
 from portal.quota.api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
 from portal.telemetry_api import DeviceUtilizationView, UtilizationView

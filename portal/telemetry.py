@@ -430,7 +430,7 @@ def _slices(profile: str) -> int:
 def rollup_hour(cluster: Cluster, hour: dt.datetime, *, client: PrometheusClient | None = None,
                 source: TelemetrySource | None = None) -> dict[str, Any]:
     """Roll one finished hour up (replacing what was stored for it); raises TelemetryError on a failed read."""
-    from portal.chargeback import mappings
+    from portal.chargeback.services import mappings
 
     source = source or source_for(cluster)
     client = client or client_for(source)

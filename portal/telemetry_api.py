@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.models import Device
-from portal import chargeback as cb
+from portal.chargeback import services as cb
 from portal.telemetry_selectors import rollups_visible_to
 
 DIMENSIONS = ("tenant", "namespace", "offering", "cluster", "node", "unit_kind", "hour")

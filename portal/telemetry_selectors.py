@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from portal.chargeback import Scope
+from portal.chargeback.services import Scope
 from portal.models import TelemetryFinding, UtilizationRollup
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from portal import chargeback_views, telemetry_views
+from portal import telemetry_views
 
 app_name = "portal"
 urlpatterns = [
@@ -11,7 +11,7 @@ urlpatterns = [
     path("quota/", include("portal.notifications.urls")),  # the inbox (/quota/inbox/)
     path("access/", include("portal.access.urls")),
     path("access/", include("portal.enforcement.urls")),  # violations, policy manifests (/access/...)
-    path("chargeback/", chargeback_views.ChargebackView.as_view(), name="chargeback"),
+    path("chargeback/", include("portal.chargeback.urls")),
     path("utilization/", telemetry_views.MyGpusView.as_view(), name="utilization"),
     path("utilization/devices/<int:pk>/", telemetry_views.DeviceUtilizationPage.as_view(),
          name="device_utilization"),

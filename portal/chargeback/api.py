@@ -15,9 +15,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inventory.api.exceptions import PortalExceptionHandlerMixin
-from portal import chargeback as cb
-from portal.csv_export import CSVRenderer
-from portal.models import sees_all_tenants
+from portal.chargeback import services as cb
+from portal.chargeback.csv_export import CSVRenderer
+from portal.tenancy.models import sees_all_tenants
 
 
 def _efficiency_fields() -> tuple[serializers.DecimalField, ...]:

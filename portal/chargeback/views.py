@@ -14,10 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
-from catalog.models import Offering
-from portal import chargeback as cb
+from portal.chargeback import services as cb
+from portal.chargeback.selectors import statement_names
 from portal.formatting import money_text
-from portal.models import Tenant, sees_all_tenants
+from portal.tenancy.models import sees_all_tenants
 
 CHART_WIDTH, CHART_HEIGHT = 720, 200
 LEFT, RIGHT, TOP, BOTTOM = 64, 712, 12, 172  # plot area inside the SVG: room for the value axis and the dates
@@ -71,14 +71,7 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
         currencies = sorted({piece.currency for piece in found if piece.currency})
         monthly = cb.aggregate(found, dimensions, period=start)  # the daily pieces, summed over the month
-        tenants = {t.slug: t for t in Tenant.objects.visible_to(user).order_by("name")}
-        offerings = dict(Offering.objects.filter(slug__in={r.get("offering") for r in monthly})
-                         .values_list("slug", "name"))
-        for row in monthly:  # names for people; the CSV keeps the slugs
-            row["tenant_obj"] = tenants.get(row.get("tenant") or "")
-            row["offering_name"] = offerings.get(row.get("offering") or "", row.get("offering") or "")
-            measured = row["used_cost"] + row["idle_cost"]
-            row["efficiency"] = float(100 * row["used_cost"] / measured) if measured else None
+        tenants = statement_names(user, monthly)
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")

@@ -39,7 +39,8 @@ from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingPrice
 from inventory.errors import PortalError
 from inventory.k8s.semantics import labels_match
 from inventory.models import AllocationInterval, Cluster, Device, Node, Path
-from portal.models import ChargeMapping, TenantNamespace, sees_all_tenants
+from portal.chargeback.models import ChargeMapping
+from portal.tenancy.models import TenantNamespace, sees_all_tenants
 
 STEPS = ("hour", "day", "month")
 DIMENSIONS = ("tenant", "namespace", "offering", "cluster", "cost_center")
