@@ -5,7 +5,7 @@ from portal.access.api import AccessRequestViewSet, GrantViewSet
 from portal.chargeback.api import ChargebackView, FocusExportView
 from portal.enforcement.api import ViolationViewSet
 from portal.quota.api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
-from portal.telemetry_api import DeviceUtilizationView, UtilizationView
+from portal.telemetry.api import DeviceUtilizationView, UtilizationView
 from portal.tenancy.api import TenantViewSet
 
 app_name = "portal-api"

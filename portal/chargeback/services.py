@@ -289,7 +289,7 @@ class Piece:
     admin_access: bool
     unit_hours: Decimal
     cost: Decimal
-    # From the telemetry rollups (portal/telemetry.py), over the hours of the piece that have them: the unit-hours
+    # From the telemetry rollups (portal/telemetry/services.py), over the hours of the piece that have them: the unit-hours
     # measured, and the cost split into the busy share (mean engine activity) and the idle rest.
     measured_unit_hours: Decimal = Decimal(0)
     used_cost: Decimal = Decimal(0)

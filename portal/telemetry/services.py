@@ -43,7 +43,8 @@ from django.utils import timezone
 from inventory.errors import PortalError
 from inventory.models import AllocationInterval, Cluster, Device, Mode, Path
 from inventory.services.derive import dra_attribute
-from portal.models import IdlePolicy, TelemetryFinding, TelemetrySource, TenantNamespace, UtilizationRollup
+from portal.telemetry.models import IdlePolicy, TelemetryFinding, TelemetrySource, UtilizationRollup
+from portal.tenancy.models import TenantNamespace
 
 log = logging.getLogger(__name__)
 HOUR = dt.timedelta(hours=1)
@@ -522,7 +523,7 @@ def telemetry_refresh_cluster(cluster: Cluster, *, now: dt.datetime | None = Non
 
 def telemetry_refresh() -> dict[str, Any]:
     """Beat: one task per cluster (a slow Prometheus holds only its own cluster's task)."""
-    from portal.tasks import telemetry_cluster_refresh_task
+    from portal.telemetry.tasks import telemetry_cluster_refresh_task
 
     clusters = list(Cluster.objects.values_list("pk", flat=True))
     for pk in clusters:

@@ -14,10 +14,17 @@ from django.views.generic import TemplateView
 
 from catalog.models import Offering
 from inventory.models import Cluster, Device
-from portal.models import TelemetrySource, sees_all_tenants
-from portal.telemetry import live_units, sparkline
-from portal.telemetry_api import device_history, sparkline_hours, summarize
-from portal.telemetry_selectors import findings_visible_to, namespaces_visible_to, rollups_visible_to
+from portal.telemetry.models import TelemetrySource
+from portal.telemetry.selectors import (
+    device_history,
+    findings_visible_to,
+    namespaces_visible_to,
+    rollups_visible_to,
+    sparkline_hours,
+    summarize,
+)
+from portal.telemetry.services import live_units, sparkline
+from portal.tenancy.models import sees_all_tenants
 
 
 class MyGpusView(LoginRequiredMixin, TemplateView):
