@@ -84,7 +84,7 @@ class AccessRequestDetailView(LoginRequiredMixin, View):
             "uses": grant.uses.all() if grant else [], "violations": grant.violations.all() if grant else [],
             "trail": access_request_trail(access_request, grant),
             "can_review": reviewable_by(user, access_request),
-            "can_withdraw": access_request.requested_by_id == user.pk and access_request.state == "submitted",
+            "can_withdraw": access_request.requested_by_id == user.pk and access_request.state == AccessRequest.State.SUBMITTED,
             "can_revoke": in_force and _is_reviewer(user),
             "can_extend": in_force and not access_request.break_glass and TenantMembership.objects.filter(
                 tenant=access_request.tenant, user=user).exists(),
@@ -131,7 +131,7 @@ class AccessQueueView(ReviewerRequiredMixin, ListView):
 
     def get_queryset(self) -> QuerySet[AccessRequest]:
         return AccessRequest.objects.filter(
-            Q(state=AccessRequest.State.SUBMITTED) | Q(break_glass=True, grant__break_glass_review="pending")
+            Q(state=AccessRequest.State.SUBMITTED) | Q(break_glass=True, grant__break_glass_review=Grant.Review.PENDING)
         ).select_related("tenant", "cluster", "requested_by").prefetch_related("reviews").order_by("review_due_at")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:

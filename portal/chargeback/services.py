@@ -360,7 +360,7 @@ def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int]) -> 
     entities it held). Hours without rollups, or whose reads were NaN, are absent: never guessed."""
     from django.db.models import F, Sum
 
-    from portal.models import UtilizationRollup
+    from portal.telemetry.models import UtilizationRollup
 
     out: dict[int, list[tuple[dt.datetime, float]]] = defaultdict(list)
     if not interval_ids:

@@ -17,8 +17,8 @@ from catalog.models import Offering
 from inventory.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fields import SlugRelatedField
 from inventory.models import Cluster, ResourceQuota
-from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest
 from portal.notifications.services import notifications_read
+from portal.quota.models import QuotaDecision, QuotaNamespaceState, QuotaRequest
 from portal.quota.selectors import quota_rows, request_context, request_contexts
 from portal.quota.services import (
     quota_request_create,

@@ -116,6 +116,18 @@ class QuotaRequest(models.Model):
         return f"Quota request #{self.pk}: {self.units} \u00d7 {self.offering.name} in {self.namespace} ({self.state})"
 
 
+# Groups of request states, each defined once (services, selectors, views and the API use these, never strings).
+GRANTED = (QuotaRequest.State.APPLYING, QuotaRequest.State.ACTIVE, QuotaRequest.State.FAILED)  # in the desired quota
+ENDED = (QuotaRequest.State.EXPIRED, QuotaRequest.State.DENIED, QuotaRequest.State.WITHDRAWN)
+# Pending: neither active nor ended, so the request's units are not in the mirrored quotas yet.
+PENDING = (QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED,
+           QuotaRequest.State.APPLYING, QuotaRequest.State.FAILED)
+# On the way to the cluster: submitted and not yet applied or failed (the quota pages' "Pending" column counts these;
+# unlike PENDING it leaves out drafts and failed applies).
+ON_THE_WAY = (QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING)
+WITHDRAWABLE = (QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED)
+
+
 class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
     def visible_to(self, user: Any) -> Self:
         """The namespaces of the user's tenants (every namespace for platform roles; none for anonymous users)."""

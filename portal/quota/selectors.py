@@ -12,7 +12,7 @@ from django.db.models import Q
 from catalog.models import Offering, OfferingCapacity
 from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
 from inventory.models import ResourceQuota
-from portal.quota.models import QuotaRequest
+from portal.quota.models import ON_THE_WAY, PENDING, QuotaRequest
 from portal.quota.services import quota_keys, recent_increases
 from portal.tenancy.models import TenantNamespace
 
@@ -36,7 +36,7 @@ def quota_rows(user: Any) -> list[dict[str, Any]]:
         for key in quota_keys(offering):
             keys_to_offerings[key].append(offering.slug)
     pending: dict[tuple[int, str, str], int] = defaultdict(int)
-    for r in QuotaRequest.objects.filter(state__in=["submitted", "approved", "applying"]).select_related("offering"):
+    for r in QuotaRequest.objects.filter(state__in=ON_THE_WAY).select_related("offering"):
         pending[(r.cluster_id, r.namespace, quota_keys(r.offering)[0])] += r.units
     rows: list[dict[str, Any]] = []
     if not owned:
@@ -118,9 +118,7 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
             "quota_capacity": None, "free": 0, "computed_at": None}
         physical, free = capacity["quota_capacity"], capacity["free"]
         # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
-        pending = request.state in {QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED,
-                                    QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING,
-                                    QuotaRequest.State.FAILED}
+        pending = request.state in PENDING
         granted_after = granted_now + (request.units if pending else 0)
         out[request.pk] = {
             "quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,

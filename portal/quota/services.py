@@ -46,6 +46,9 @@ from portal.quota.models import (
     DEFAULT_APPROVALS,
     DEFAULT_APPROVALS_ABOVE,
     DEFAULT_THRESHOLD,
+    ENDED,
+    GRANTED,
+    WITHDRAWABLE,
     QuotaDecision,
     QuotaNamespaceState,
     QuotaOwnership,
@@ -59,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 QUOTA_NAME = "portal-accelerators"
 FIELD_MANAGER = "accelerator-portal"
-GRANTED = (QuotaRequest.State.APPLYING, QuotaRequest.State.ACTIVE, QuotaRequest.State.FAILED)
-ENDED = (QuotaRequest.State.EXPIRED, QuotaRequest.State.DENIED, QuotaRequest.State.WITHDRAWN)
 MAX_UNITS = 10_000
 RETRY_AFTER = dt.timedelta(minutes=2)
 MAX_BACKOFF = dt.timedelta(hours=1)
@@ -272,7 +273,7 @@ def quota_request_withdraw(*, actor: Any, request_id: int) -> QuotaRequest:
         return request
     if request.requested_by_id != actor.pk:
         raise QuotaStateError("Only the requester may withdraw a request.")
-    if request.state not in {State.DRAFT, State.SUBMITTED}:
+    if request.state not in WITHDRAWABLE:
         raise QuotaStateError(f"Cannot withdraw a request that is {request.get_state_display().lower()}.")
     before = _snapshot(request)
     request.state = State.WITHDRAWN

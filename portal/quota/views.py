@@ -16,9 +16,9 @@ from django.views.generic import ListView, TemplateView
 
 from catalog.models import OfferingCapacity
 from inventory.errors import PortalError
-from portal.models import QuotaNamespaceState, QuotaRequest, TenantMembership
 from portal.notifications.services import notifications_read
 from portal.quota.forms import QuotaRequestForm
+from portal.quota.models import WITHDRAWABLE, QuotaNamespaceState, QuotaRequest
 from portal.quota.selectors import quota_rows, request_context, request_contexts
 from portal.quota.services import (
     quota_request_create,
@@ -27,6 +27,7 @@ from portal.quota.services import (
     quota_request_retry,
     quota_request_withdraw,
 )
+from portal.tenancy.models import TenantMembership
 from portal.tenancy.roles import Role, user_has_role
 
 
@@ -74,12 +75,12 @@ class QuotaRequestDetailView(LoginRequiredMixin, View):
             "qr_live": quota_request.state in LIVE_STATES,
             "decisions": quota_request.decisions.select_related("approver"),
             "can_decide": user_has_role(request.user, Role.APPROVER)
-            and quota_request.requested_by_id != request.user.pk and quota_request.state == "submitted",
-            "can_retry": quota_request.state == "failed" and (user_has_role(request.user, Role.APPROVER)
+            and quota_request.requested_by_id != request.user.pk and quota_request.state == QuotaRequest.State.SUBMITTED,
+            "can_retry": quota_request.state == QuotaRequest.State.FAILED and (user_has_role(request.user, Role.APPROVER)
                                                               or user_has_role(request.user, Role.PLATFORM_ADMIN)),
             "can_withdraw": quota_request.requested_by_id == request.user.pk
-            and quota_request.state in ("draft", "submitted"),
-            "can_reduce": quota_request.state == "active" and TenantMembership.objects.filter(
+            and quota_request.state in WITHDRAWABLE,
+            "can_reduce": quota_request.state == QuotaRequest.State.ACTIVE and TenantMembership.objects.filter(
                 tenant=quota_request.tenant, user=request.user, role=TenantMembership.Role.LEAD).exists(),
         })
 
@@ -124,7 +125,7 @@ class ApprovalQueueView(ApproverRequiredMixin, ListView):
     context_object_name = "pending"
 
     def get_queryset(self) -> QuerySet[QuotaRequest]:
-        return QuotaRequest.objects.filter(state__in=["submitted", "failed"]).select_related(
+        return QuotaRequest.objects.filter(state__in=[QuotaRequest.State.SUBMITTED, QuotaRequest.State.FAILED]).select_related(
             "offering", "cluster", "tenant", "requested_by").order_by("created_at")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
