@@ -55,7 +55,9 @@ GRACE = dt.timedelta(minutes=2)
 
 
 @dataclass
-class Finding:
+class ViolationFinding:
+    """A violation one scan found, before `_reconcile` opens, refreshes or resolves its `Violation` row."""
+
     namespace: str
     message: str
     evidence: dict[str, Any]
@@ -64,10 +66,10 @@ class Finding:
 
 @dataclass
 class Scan:
-    findings: dict[tuple[str, str], Finding] = field(default_factory=dict)
+    findings: dict[tuple[str, str], ViolationFinding] = field(default_factory=dict)
     uses: list[tuple[Grant, str, Any]] = field(default_factory=list)
 
-    def add(self, kind: str, subject: str, finding: Finding) -> None:
+    def add(self, kind: str, subject: str, finding: ViolationFinding) -> None:
         self.findings[(kind, subject)] = finding
 
 
@@ -116,14 +118,14 @@ def _scan_admin_claims(scan: Scan, cluster_id: int, now: dt.datetime) -> None:
                     "created": claim.k8s_created_at.isoformat() if claim.k8s_created_at else None}
         grant = covering_grant(grants[claim.namespace], claim.k8s_created_at)
         if grant is None:
-            scan.add(Kind.ADMIN_CLAIM_WITHOUT_GRANT, subject, Finding(
+            scan.add(Kind.ADMIN_CLAIM_WITHOUT_GRANT, subject, ViolationFinding(
                 claim.namespace, f"adminAccess claim {claim.namespace}/{claim.name} was created without a grant",
                 evidence))
             continue
         scan.uses.append((grant, "ResourceClaim", claim))
         if grant.state not in IN_FORCE or grant.ends_at <= now:
             deletes = access_policy(AccessKind.ADMIN_ACCESS).delete_claims_at_end
-            scan.add(Kind.ADMIN_CLAIM_OUTLIVED, subject, Finding(
+            scan.add(Kind.ADMIN_CLAIM_OUTLIVED, subject, ViolationFinding(
                 claim.namespace, f"adminAccess claim {claim.namespace}/{claim.name} outlived grant {grant.pk} "
                 f"({grant.state}); {'the portal deletes it' if deletes else 'delete it or request a new grant'}",
                 {**evidence, "grant": grant.pk, "grant_ended": (grant.ended_at or grant.ends_at).isoformat()},
@@ -145,7 +147,7 @@ def _scan_privileged_pods(scan: Scan, cluster_id: int, exempt: list[str], now: d
             continue
         what = "; ".join(f"{v['control']} ({v['field']}{'' if v['value'] is True else ' = ' + str(v['value'])[:80]})"
                          for v in details["violations"][:5])
-        scan.add(Kind.PRIVILEGED_WITHOUT_EXCEPTION, f"pod/{pod.namespace}/{pod.name}", Finding(
+        scan.add(Kind.PRIVILEGED_WITHOUT_EXCEPTION, f"pod/{pod.namespace}/{pod.name}", ViolationFinding(
             pod.namespace, f"pod {pod.namespace}/{pod.name} violates the baseline Pod Security Standard "
             f"({', '.join(details['controls'])}: {what}) without an exception for service account {account}",
             {"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid, **details}))
@@ -161,7 +163,7 @@ def _scan_labels_and_grants(scan: Scan, cluster_id: int, now: dt.datetime) -> No
         owners = label_owners(row["raw"] or {})
         if FIELD_MANAGER in owners:
             continue  # ours, left over: the grant's own drift check below covers it
-        scan.add(Kind.LABEL_DRIFT, f"namespace/{row['name']}", Finding(
+        scan.add(Kind.LABEL_DRIFT, f"namespace/{row['name']}", ViolationFinding(
             row["name"], f"namespace {row['name']} carries {ADMIN_LABEL}=true without a grant, set by "
             f"{', '.join(owners) or 'an unknown manager'}",
             {"label_owners": owners, "namespace_resource_version": row["resource_version"]}))
@@ -180,12 +182,12 @@ def _scan_labels_and_grants(scan: Scan, cluster_id: int, now: dt.datetime) -> No
             carried = (grant.namespace in labelled if grant.kind == AccessKind.ADMIN_ACCESS
                        else grant.exception_key in entries)
             if not carried:
-                scan.add(Kind.GRANT_DRIFT, f"grant/{grant.pk}", Finding(
+                scan.add(Kind.GRANT_DRIFT, f"grant/{grant.pk}", ViolationFinding(
                     grant.namespace, f"grant {grant.pk} is active but the cluster no longer carries it "
                     "(label or exception entry removed outside the portal); the portal re-applies it",
                     {"grant": grant.pk, "kind": grant.kind}, grant.pk))
         else:
-            scan.add(Kind.GRANT_DRIFT, f"grant/{grant.pk}", Finding(
+            scan.add(Kind.GRANT_DRIFT, f"grant/{grant.pk}", ViolationFinding(
                 grant.namespace, f"grant {grant.pk} ended {grant.ended_at:%Y-%m-%d %H:%M} UTC but the cluster still "
                 f"carries it{': ' + grant.apply_error[:200] if grant.apply_error else ''}",
                 {"grant": grant.pk, "kind": grant.kind, "apply_error": grant.apply_error[:500]}, grant.pk))
@@ -200,7 +202,7 @@ def _scan_policy(scan: Scan, cluster_id: int, now: dt.datetime) -> None:
         return  # the portal has not had its chance to apply it yet
     problems = policy_problems(cluster_id)
     if problems:
-        scan.add(Kind.ENFORCEMENT_MISSING, f"policy/{POLICY_NAME}", Finding(
+        scan.add(Kind.ENFORCEMENT_MISSING, f"policy/{POLICY_NAME}", ViolationFinding(
             "", "; ".join(problems) + ": pods that violate the baseline Pod Security Standard may not be blocked",
             {"problems": problems}))
 
