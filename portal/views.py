@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views import defaults
@@ -20,7 +19,7 @@ LANDING = (
 )
 
 
-def landing_url_name(user: Any) -> str:
+def landing_url_name(user: User | AnonymousUser) -> str:
     for role, url_name in LANDING:
         if user_has_role(user, role):
             return url_name

@@ -3,9 +3,10 @@ approvers, and the grants they issue (portal/access/services.py; enforced by por
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Self
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 from django.urls import reverse
 
@@ -34,7 +35,7 @@ class AccessPolicy(models.Model):
 
 
 class AccessRequestQuerySet(models.QuerySet["AccessRequest"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         return self.filter(tenant__in=Tenant.objects.visible_to(user))
 
 
@@ -104,7 +105,7 @@ class AccessReview(models.Model):
 
 
 class GrantQuerySet(models.QuerySet["Grant"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         return self.filter(request__tenant__in=Tenant.objects.visible_to(user))
 
 

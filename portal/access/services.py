@@ -17,6 +17,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -140,7 +141,7 @@ def _text(value: str, what: str, limit: int) -> str:
 
 
 @transaction.atomic(durable=True)
-def access_request_create(*, actor: Any, kind: str, cluster_id: int, namespace: str, reason: str, ticket_ref: str,
+def access_request_create(*, actor: User, kind: str, cluster_id: int, namespace: str, reason: str, ticket_ref: str,
                           window: dt.timedelta, starts_at: dt.datetime | None = None, service_account: str = "",
                           workload: str = "", extends_grant_id: int | None = None) -> AccessRequest:
     """A tenant member asks for an exception in one of the tenant's namespaces."""
@@ -184,7 +185,7 @@ def _locked_request(request_id: int) -> AccessRequest:
     return AccessRequest.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=request_id)
 
 
-def _check_reviewer(actor: Any, request: AccessRequest) -> None:
+def _check_reviewer(actor: User, request: AccessRequest) -> None:
     if not user_has_role(actor, Role.SECURITY_APPROVER):
         raise AccessError("Only security approvers review exception requests.")
     if request.requested_by_id == actor.pk:
@@ -193,7 +194,7 @@ def _check_reviewer(actor: Any, request: AccessRequest) -> None:
         raise AccessError(f"Members of {request.tenant.name} cannot review its requests.")
 
 
-def access_request_review(*, actor: Any, request_id: int, approve: bool, comment: str = "",
+def access_request_review(*, actor: User, request_id: int, approve: bool, comment: str = "",
                           now: dt.datetime | None = None) -> AccessRequest:
     """Record one security approver's review. A denial ends the request (or, after break-glass, revokes the grant);
     the N-th distinct approval issues the grant (or confirms the break-glass grant). Reviewing a request past its
@@ -205,7 +206,7 @@ def access_request_review(*, actor: Any, request_id: int, approve: bool, comment
     return request
 
 
-def _review(actor: Any, request_id: int, approve: bool, comment: str, now: dt.datetime) -> tuple[AccessRequest, bool]:
+def _review(actor: User, request_id: int, approve: bool, comment: str, now: dt.datetime) -> tuple[AccessRequest, bool]:
     request = _locked_request(request_id)
     _check_reviewer(actor, request)
     decision = AccessReview.Decision.APPROVE if approve else AccessReview.Decision.DENY
@@ -248,7 +249,7 @@ def _review(actor: Any, request_id: int, approve: bool, comment: str, now: dt.da
     return request, False
 
 
-def _issue_grant(actor: Any, request: AccessRequest, now: dt.datetime, *,
+def _issue_grant(actor: User, request: AccessRequest, now: dt.datetime, *,
                  review: str = Grant.Review.NONE) -> Grant:
     starts_at = request.starts_at if request.starts_at and request.starts_at > now else now
     grant = Grant.objects.create(
@@ -272,7 +273,7 @@ def enqueue_enforcement(grant: Grant) -> None:
     transaction.on_commit(lambda: enforcement_apply_task.delay(cluster_id, namespace))
 
 
-def _review_break_glass(actor: Any, request: AccessRequest, decision: str, comment: str, now: dt.datetime) -> None:
+def _review_break_glass(actor: User, request: AccessRequest, decision: str, comment: str, now: dt.datetime) -> None:
     grant = Grant.objects.select_for_update().get(request=request)
     if grant.break_glass_review != Grant.Review.PENDING:
         raise AccessStateError(f"This break-glass grant was already {grant.get_break_glass_review_display().lower()}.")
@@ -295,7 +296,7 @@ def _review_break_glass(actor: Any, request: AccessRequest, decision: str, comme
 
 
 @transaction.atomic(durable=True)
-def access_request_withdraw(*, actor: Any, request_id: int) -> AccessRequest:
+def access_request_withdraw(*, actor: User, request_id: int) -> AccessRequest:
     request = _locked_request(request_id)
     if request.state == RequestState.WITHDRAWN:
         return request
@@ -312,7 +313,7 @@ def access_request_withdraw(*, actor: Any, request_id: int) -> AccessRequest:
 
 
 @transaction.atomic(durable=True)
-def break_glass_grant(*, actor: Any, kind: str, cluster_id: int, namespace: str, reason: str, ticket_ref: str,
+def break_glass_grant(*, actor: User, kind: str, cluster_id: int, namespace: str, reason: str, ticket_ref: str,
                       window: dt.timedelta, service_account: str = "", workload: str = "") -> Grant:
     """A platform admin grants at once; the security group must review it afterwards."""
     if not user_has_role(actor, Role.PLATFORM_ADMIN):
@@ -341,7 +342,7 @@ def break_glass_grant(*, actor: Any, kind: str, cluster_id: int, namespace: str,
     return grant
 
 
-def _end_grant(grant: Grant, state: str, *, actor: Any, reason: str, now: dt.datetime) -> None:
+def _end_grant(grant: Grant, state: str, *, actor: User | None, reason: str, now: dt.datetime) -> None:
     before = grant_snapshot(grant)
     grant.state = state
     grant.ended_at = now
@@ -356,7 +357,7 @@ def _end_grant(grant: Grant, state: str, *, actor: Any, reason: str, now: dt.dat
 
 
 @transaction.atomic(durable=True)
-def grant_revoke(*, actor: Any, grant_id: int, reason: str) -> Grant:
+def grant_revoke(*, actor: User, grant_id: int, reason: str) -> Grant:
     """An approver or platform admin ends a grant early."""
     if not (user_has_role(actor, Role.SECURITY_APPROVER) or user_has_role(actor, Role.PLATFORM_ADMIN)):
         raise AccessError("Only security approvers and platform admins revoke grants.")
@@ -401,7 +402,7 @@ def access_expire_due(*, now: dt.datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def reviewable_by(user: Any, request: AccessRequest) -> bool:
+def reviewable_by(user: User, request: AccessRequest) -> bool:
     """Whether the page should offer this user the review buttons (the service re-checks everything)."""
     if not user_has_role(user, Role.SECURITY_APPROVER) or request.requested_by_id == user.pk:
         return False

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -33,7 +34,7 @@ from portal.tenancy.models import TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
 
 
-def _is_reviewer(user: Any) -> bool:
+def _is_reviewer(user: User | AnonymousUser) -> bool:
     return user_has_role(user, Role.SECURITY_APPROVER) or user_has_role(user, Role.PLATFORM_ADMIN)
 
 

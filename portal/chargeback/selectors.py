@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser, User
+
 from catalog.models import Offering
 from portal.tenancy.models import Tenant
 
 
-def statement_names(user: Any, rows: list[dict[str, Any]]) -> dict[str, Tenant]:
+def statement_names(user: User | AnonymousUser, rows: list[dict[str, Any]]) -> dict[str, Tenant]:
     """Give each aggregated row its tenant, its offering's name and its efficiency (used share of the measured cost,
     in percent); answers the tenants the user may see, by slug."""
     tenants = {t.slug: t for t in Tenant.objects.visible_to(user).order_by("name")}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
@@ -311,7 +312,7 @@ class Scope:
     namespaces: set[tuple[int, str]]
 
     @classmethod
-    def for_user(cls, user: Any) -> Scope:
+    def for_user(cls, user: User | AnonymousUser) -> Scope:
         if sees_all_tenants(user):
             return cls(True, set())
         return cls(False, set(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace")))

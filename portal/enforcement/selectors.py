@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
 from portal.enforcement.models import Violation
 from portal.tenancy.models import TenantNamespace, sees_all_tenants
 
 
-def visible_violations(user: Any) -> QuerySet[Violation]:
+def visible_violations(user: User | AnonymousUser) -> QuerySet[Violation]:
     """Platform roles see every violation; tenants those in their own namespaces."""
     violations = Violation.objects.select_related("cluster")
     if sees_all_tenants(user):

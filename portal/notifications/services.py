@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +16,7 @@ from portal.notifications.models import Notification
 logger = logging.getLogger(__name__)
 
 
-def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "") -> int:
+def notify(*, users: Iterable[User | None], subject: str, body: str = "", url: str = "") -> int:
     recipients = {u.pk: u for u in users if u is not None and getattr(u, "is_active", True)}
     Notification.objects.bulk_create([Notification(user_id=pk, subject=subject[:200], body=body[:4000],
                                                    url=url[:300]) for pk in recipients])
@@ -34,6 +34,6 @@ def notify(*, users: Iterable[Any], subject: str, body: str = "", url: str = "")
     return len(recipients)
 
 
-def notifications_read(user: Any, url: str) -> int:
+def notifications_read(user: User, url: str) -> int:
     """The user acted on what these notifications point at: they are no longer news."""
     return Notification.objects.filter(user=user, url=url, read_at__isnull=True).update(read_at=timezone.now())

@@ -6,6 +6,7 @@ import json
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.models import User
 
 from catalog.models import Offering, OfferingCapacity
 from portal.quota.services import MAX_UNITS, desired_hards, granted_units
@@ -24,7 +25,7 @@ class QuotaRequestForm(forms.Form):
                                        help_text="Required when the total exceeds the cards the cluster has; say why "
                                                  "in the justification.")
 
-    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         led = list(TenantNamespace.objects.filter(
             tenant__memberships__user=user, tenant__memberships__role=TenantMembership.Role.LEAD

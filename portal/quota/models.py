@@ -3,9 +3,10 @@ their decisions, and per namespace the quota the cluster carries against the gra
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Self
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 
 from inventory.models import Cluster
@@ -70,7 +71,7 @@ class QuotaOwnership(models.Model):
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         return self.filter(tenant__in=Tenant.objects.visible_to(user))
 
 
@@ -129,7 +130,7 @@ WITHDRAWABLE = (QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED)
 
 
 class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         """The namespaces of the user's tenants (every namespace for platform roles; none for anonymous users)."""
         if not getattr(user, "is_authenticated", False):
             return self.none()

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q
 
 from catalog.models import Offering, OfferingCapacity
@@ -28,7 +29,7 @@ def _int(value: Any) -> int:
         return 0
 
 
-def quota_rows(user: Any) -> list[dict[str, Any]]:
+def quota_rows(user: User | AnonymousUser) -> list[dict[str, Any]]:
     """Per namespace the user may see and per accelerator quota key: hard, used, headroom, pending units."""
     owned = list(TenantNamespace.objects.visible_to(user).select_related("tenant", "cluster"))
     keys_to_offerings: dict[str, list[str]] = defaultdict(list)

@@ -31,6 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
@@ -198,7 +199,7 @@ def _snapshot(request: QuotaRequest) -> dict[str, Any]:
 
 
 @transaction.atomic(durable=True)
-def quota_request_create(*, actor: Any, cluster_id: int, namespace: str, offering_id: int, units: int,
+def quota_request_create(*, actor: User, cluster_id: int, namespace: str, offering_id: int, units: int,
                          justification: str, ends_at: dt.datetime | None = None, submit: bool = True) -> QuotaRequest:
     """A tenant lead asks for units of an offering in one of their tenant's namespaces."""
     owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).select_related("tenant").first()
@@ -252,7 +253,7 @@ def _notify_requester(request: QuotaRequest, what: str, *, reason: str = "") -> 
 
 
 @transaction.atomic(durable=True)
-def quota_request_submit(*, actor: Any, request_id: int) -> QuotaRequest:
+def quota_request_submit(*, actor: User, request_id: int) -> QuotaRequest:
     request = _locked(request_id)
     if request.state == State.SUBMITTED:
         return request
@@ -267,7 +268,7 @@ def quota_request_submit(*, actor: Any, request_id: int) -> QuotaRequest:
 
 
 @transaction.atomic(durable=True)
-def quota_request_withdraw(*, actor: Any, request_id: int) -> QuotaRequest:
+def quota_request_withdraw(*, actor: User, request_id: int) -> QuotaRequest:
     request = _locked(request_id)
     if request.state == State.WITHDRAWN:
         return request
@@ -283,7 +284,7 @@ def quota_request_withdraw(*, actor: Any, request_id: int) -> QuotaRequest:
 
 
 @transaction.atomic(durable=True)
-def quota_request_decide(*, actor: Any, request_id: int, approve: bool, comment: str = "") -> QuotaRequest:
+def quota_request_decide(*, actor: User, request_id: int, approve: bool, comment: str = "") -> QuotaRequest:
     """Record one approver's decision. A denial ends the request; enough distinct approvals apply it."""
     if not user_has_role(actor, Role.APPROVER):
         raise QuotaRequestError("Only approvers decide quota requests.")
@@ -329,7 +330,7 @@ def _enqueue_apply(request: QuotaRequest) -> None:
 
 
 @transaction.atomic(durable=True)
-def quota_request_reduce(*, actor: Any, request_id: int, units: int, reason: str = "") -> QuotaRequest:
+def quota_request_reduce(*, actor: User, request_id: int, units: int, reason: str = "") -> QuotaRequest:
     """A lead lowers an active grant (no approval needed to give back); the lower quota is applied like any other
     change and the request is active again once the sync shows it."""
     request = _locked(request_id)
@@ -351,7 +352,7 @@ def quota_request_reduce(*, actor: Any, request_id: int, units: int, reason: str
 
 
 @transaction.atomic(durable=True)
-def quota_request_retry(*, actor: Any, request_id: int) -> QuotaRequest:
+def quota_request_retry(*, actor: User, request_id: int) -> QuotaRequest:
     """An approver or platform admin retries a failed apply."""
     if not (user_has_role(actor, Role.APPROVER) or user_has_role(actor, Role.PLATFORM_ADMIN)):
         raise QuotaRequestError("Only approvers and platform admins retry applies.")

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
 from inventory.models import Device
@@ -19,7 +20,7 @@ _FIELDS = {"tenant": "tenant__slug", "namespace": "namespace", "offering": "offe
            "node": "node_name", "unit_kind": "unit_kind", "hour": "hour"}
 
 
-def _scoped(rows: QuerySet[Any], user: Any) -> QuerySet[Any]:
+def _scoped(rows: QuerySet[Any], user: User | AnonymousUser) -> QuerySet[Any]:
     scope = Scope.for_user(user)
     if scope.everything:
         return rows
@@ -34,16 +35,16 @@ def _scoped(rows: QuerySet[Any], user: Any) -> QuerySet[Any]:
     return rows.filter(condition)
 
 
-def rollups_visible_to(user: Any, start: dt.datetime, end: dt.datetime) -> QuerySet[UtilizationRollup]:
+def rollups_visible_to(user: User | AnonymousUser, start: dt.datetime, end: dt.datetime) -> QuerySet[UtilizationRollup]:
     return _scoped(UtilizationRollup.objects.filter(hour__gte=start, hour__lt=end), user)
 
 
-def findings_visible_to(user: Any) -> QuerySet[TelemetryFinding]:
+def findings_visible_to(user: User | AnonymousUser) -> QuerySet[TelemetryFinding]:
     """Tenants see the findings about their namespaces (idle units); node-level health is for platform roles."""
     return _scoped(TelemetryFinding.objects.select_related("cluster", "tenant", "offering"), user)
 
 
-def namespaces_visible_to(user: Any, cluster_id: int) -> set[str] | None:
+def namespaces_visible_to(user: User | AnonymousUser, cluster_id: int) -> set[str] | None:
     """None: every namespace."""
     scope = Scope.for_user(user)
     if scope.everything:
@@ -51,7 +52,7 @@ def namespaces_visible_to(user: Any, cluster_id: int) -> set[str] | None:
     return {ns for cid, ns in scope.namespaces if cid == cluster_id}
 
 
-def device_history(user: Any, device: Device, start: dt.datetime, end: dt.datetime) -> list[Any]:
+def device_history(user: User | AnonymousUser, device: Device, start: dt.datetime, end: dt.datetime) -> list[Any]:
     return list(rollups_visible_to(user, start, end).filter(device=device).order_by("hour", "gpu_uuid",
                                                                                      "gpu_instance"))
 

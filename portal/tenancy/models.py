@@ -8,9 +8,10 @@ label rule. Every change is audited (portal/tenancy/services.py).
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Self
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 from django.urls import reverse
 
@@ -19,7 +20,7 @@ from inventory.models import Cluster
 GLOBAL_VIEW_GROUPS = ("platform-admin", "approver", "security-approver", "finance")
 
 
-def sees_all_tenants(user: Any) -> bool:
+def sees_all_tenants(user: User | AnonymousUser) -> bool:
     if not getattr(user, "is_authenticated", False):
         return False
     if user.is_superuser:
@@ -28,7 +29,7 @@ def sees_all_tenants(user: Any) -> bool:
 
 
 class TenantQuerySet(models.QuerySet["Tenant"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         """Tenants a user may see: their own, or all for platform roles. Anonymous users see none."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
@@ -76,7 +77,7 @@ class TenantMembership(models.Model):
 
 
 class TenantNamespaceQuerySet(models.QuerySet["TenantNamespace"]):
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: User | AnonymousUser) -> Self:
         return self.filter(tenant__in=Tenant.objects.visible_to(user))
 
 

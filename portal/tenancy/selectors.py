@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from django.contrib.auth.models import AnonymousUser, User
 
 from inventory.models import Cluster
 from inventory.scoping import EVERYTHING, NOTHING, NamespaceScope
 from portal.tenancy.models import TenantNamespace, sees_all_tenants
 
 
-def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
+def user_namespaces(user: User | AnonymousUser, cluster: Cluster) -> list[str]:
     """Namespaces of `cluster` the user may target: their tenants' (all tenants' for platform roles). Registered as
     the inventory's `targets_for` (portal/apps.py)."""
     return list(TenantNamespace.objects.visible_to(user).filter(cluster=cluster).order_by("namespace")
                 .values_list("namespace", flat=True))
 
 
-def namespace_scope(user: Any) -> NamespaceScope:
+def namespace_scope(user: User | AnonymousUser) -> NamespaceScope:
     """What the user sees of namespaced inventory rows: every namespace for the roles that see every tenant,
     otherwise exactly their tenants' namespaces. Registered as the inventory's `scope_for` (portal/apps.py)."""
     if not getattr(user, "is_authenticated", False):

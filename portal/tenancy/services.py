@@ -4,9 +4,8 @@ explicit assignment."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from audit.services import audit_record
@@ -21,7 +20,7 @@ class TenancyError(PortalError):
 
 
 @transaction.atomic(durable=True)
-def tenant_create(*, actor: Any, slug: str, name: str, cost_center: str = "") -> Tenant:
+def tenant_create(*, actor: User | None, slug: str, name: str, cost_center: str = "") -> Tenant:
     if not is_dns_label(slug):
         raise TenancyError("A tenant slug is a DNS label (it is also the namespace label value).")
     if not (name or "").strip() or len(name) > 120:
@@ -35,7 +34,7 @@ def tenant_create(*, actor: Any, slug: str, name: str, cost_center: str = "") ->
 
 
 @transaction.atomic(durable=True)
-def membership_set(*, actor: Any, tenant_id: int, username: str, role: str | None) -> TenantMembership | None:
+def membership_set(*, actor: User | None, tenant_id: int, username: str, role: str | None) -> TenantMembership | None:
     """Add a member, change their role, or remove them (role None). Idempotent."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
     user = get_user_model().objects.filter(username=username).first()
@@ -60,7 +59,7 @@ def membership_set(*, actor: Any, tenant_id: int, username: str, role: str | Non
 
 
 @transaction.atomic(durable=True)
-def namespace_assign(*, actor: Any, tenant_id: int | None, cluster_id: int, namespace: str) -> TenantNamespace | None:
+def namespace_assign(*, actor: User | None, tenant_id: int | None, cluster_id: int, namespace: str) -> TenantNamespace | None:
     """Assign a namespace to a tenant explicitly (tenant None: remove the assignment). Wins over the label rule."""
     cluster = Cluster.objects.get(pk=cluster_id)
     if not is_dns_label(namespace):
@@ -87,7 +86,7 @@ def namespace_assign(*, actor: Any, tenant_id: int | None, cluster_id: int, name
 
 
 @transaction.atomic(durable=True)
-def label_rule_set(*, actor: Any, label_key: str, cluster_id: int | None = None) -> NamespaceLabelRule:
+def label_rule_set(*, actor: User | None, label_key: str, cluster_id: int | None = None) -> NamespaceLabelRule:
     if not is_qualified_name(label_key):
         raise TenancyError("Not a label key (prefix/name, e.g. portal.example.com/tenant).")
     cluster = Cluster.objects.get(pk=cluster_id) if cluster_id is not None else None
@@ -104,7 +103,7 @@ def _rule_key(cluster: Cluster, rules: dict[int | None, str]) -> str:
 
 
 @transaction.atomic(durable=True)
-def tenant_namespaces_sync(*, actor: Any = None) -> dict[str, int]:
+def tenant_namespaces_sync(*, actor: User | None = None) -> dict[str, int]:
     """Apply the label rule to every cluster's mirrored namespaces: add, move and remove label-sourced
     assignments; explicit assignments are left alone. Idempotent; every change is audited."""
     rules = dict(NamespaceLabelRule.objects.values_list("cluster_id", "label_key"))
