@@ -181,8 +181,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OfferingLifecycleEnum": "catalog.models.Lifecycle",
         "LifecycleChangeEnum": ["active", "deprecated", "retired"],
-        "AccessKindEnum": "portal.models.AccessKind",
-        "ViolationKindEnum": "portal.models.Violation.Kind",
+        "AccessKindEnum": "portal.access.models.AccessKind",
+        "ViolationKindEnum": "portal.enforcement.models.Violation.Kind",
     },
 }
 
