@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the roles stay importable before Django is set up
+    from django.contrib.auth.models import AnonymousUser, User
 
 
 class Role(StrEnum):
@@ -24,9 +28,9 @@ ROLE_DESCRIPTIONS: dict[Role, str] = {
 }
 
 
-def user_has_role(user: object, role: Role) -> bool:
+def user_has_role(user: User | AnonymousUser, role: Role) -> bool:
     if not getattr(user, "is_authenticated", False):
         return False
     if getattr(user, "is_superuser", False):
         return True
-    return user.groups.filter(name=role.value).exists()  # type: ignore[attr-defined]
+    return user.groups.filter(name=role.value).exists()
