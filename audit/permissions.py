@@ -1,5 +1,5 @@
 """Who may read the audit log: superusers and members of PORTAL_AUDIT_READER_GROUPS (group names, so that this
-app needs no import of portal.roles)."""
+app needs no import of portal.tenancy.roles)."""
 
 from __future__ import annotations
 

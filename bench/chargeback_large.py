@@ -31,7 +31,7 @@ MONTH_START, MONTH_END = "2026-11-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00
 REPORT = """
 import json, time, datetime as dt, django
 django.setup()
-from portal import chargeback as cb
+from portal.chargeback import services as cb
 start, end = cb.parse_window("2026-11-01,2026-12-01")
 now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 runs = []

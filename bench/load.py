@@ -64,7 +64,7 @@ from apitokens.services import api_token_create
 from catalog.models import Lifecycle, Offering
 from inventory.models import Node
 from portal.models import Tenant, TenantMembership
-from portal.roles import Role
+from portal.tenancy.roles import Role
 
 Offering.objects.filter(lifecycle=Lifecycle.PROPOSED).update(lifecycle=Lifecycle.ACTIVE)  # as if accepted
 User = get_user_model()

@@ -42,7 +42,7 @@ import json, time, datetime as dt, django
 django.setup()
 from inventory.models import Cluster
 from portal.models import TelemetrySource
-from portal.telemetry import PrometheusClient, rollup_hour
+from portal.telemetry.services import PrometheusClient, rollup_hour
 cluster = Cluster.objects.get(name="large")
 source, _ = TelemetrySource.objects.update_or_create(cluster=cluster, defaults={"prometheus_url": URL})
 hour = dt.datetime.fromtimestamp(HOUR, dt.UTC)

@@ -1,5 +1,5 @@
 """Who manages webhooks: superusers and members of PORTAL_WEBHOOK_ADMIN_GROUPS (group names, so that this app needs
-no import of portal.roles)."""
+no import of portal.tenancy.roles)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Django admin for the approval policies of quota and exceptions, who owns accelerator quota keys, the
-per-cluster enforcement settings, and users and groups (roles are groups: portal/roles.py). Platform admins only;
+per-cluster enforcement settings, and users and groups (roles are groups: portal/tenancy/roles.py). Platform admins only;
 every change audited (audit.admin)."""
 
 from __future__ import annotations

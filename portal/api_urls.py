@@ -1,11 +1,12 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from portal.access_api import AccessRequestViewSet, GrantViewSet, ViolationViewSet
-from portal.api import TenantViewSet
-from portal.chargeback_api import ChargebackView, FocusExportView
-from portal.quota_api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
-from portal.telemetry_api import DeviceUtilizationView, UtilizationView
+from portal.access.api import AccessRequestViewSet, GrantViewSet
+from portal.chargeback.api import ChargebackView, FocusExportView
+from portal.enforcement.api import ViolationViewSet
+from portal.quota.api import QuotaNamespaceStateViewSet, QuotaRequestViewSet, QuotaViewSet
+from portal.telemetry.api import DeviceUtilizationView, UtilizationView
+from portal.tenancy.api import TenantViewSet
 
 app_name = "portal-api"
 router = DefaultRouter()

@@ -10,7 +10,7 @@ class PortalConfig(AppConfig):
 
         from inventory.scoping import register_tenancy
         from portal.security import admin_has_permission, throttle_login_posts
-        from portal.tenancy import namespace_scope, user_namespaces
+        from portal.tenancy.selectors import namespace_scope, user_namespaces
 
         admin.site.has_permission = admin_has_permission  # the admin is for platform admins only
         # /admin/login/ takes passwords too: the same throttle as /login/ (portal/security.py).

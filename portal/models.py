@@ -1,706 +1,84 @@
-"""Tenancy: teams, their members and roles, and the namespaces they own per cluster.
-
-A namespace belongs to at most one tenant per cluster. It is assigned explicitly by a platform admin, or through
-the namespace label that the platform admin chose (`NamespaceLabelRule`): a namespace labelled
-`<label key>: <tenant slug>` belongs to that tenant. Explicit assignments win and are never overwritten by the
-label rule. Every change is audited (portal/tenancy.py).
-"""
+"""The portal app's models, defined in each domain's models module and imported here so that Django finds them
+(app label `portal`: audit rows reference `portal.<model>`)."""
 
 from __future__ import annotations
 
-from typing import Any, Self
-
-from django.conf import settings
-from django.db import models
-from django.urls import reverse
-
-from inventory.models import Cluster
-
-# Roles that see every tenant (they review, administer or bill across tenants).
-GLOBAL_VIEW_GROUPS = ("platform-admin", "approver", "security-approver", "finance")
-
-
-def sees_all_tenants(user: Any) -> bool:
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if user.is_superuser:
-        return True
-    return user.groups.filter(name__in=GLOBAL_VIEW_GROUPS).exists()
-
-
-class TenantQuerySet(models.QuerySet["Tenant"]):
-    def visible_to(self, user: Any) -> Self:
-        """Tenants a user may see: their own, or all for platform roles. Anonymous users see none."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        if sees_all_tenants(user):
-            return self
-        return self.filter(memberships__user=user).distinct()
-
-
-class Tenant(models.Model):
-    """A team that owns namespaces and requests quota; billed to its cost center."""
-
-    slug = models.SlugField(max_length=63, help_text="Also the value of the namespace label that maps namespaces.")
-    name = models.CharField(max_length=120)
-    cost_center = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = TenantQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["slug"], name="portal_tenant_unique_slug")]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def get_absolute_url(self) -> str:
-        return reverse("portal:tenant_detail", kwargs={"slug": self.slug})
-
-
-class TenantMembership(models.Model):
-    class Role(models.TextChoices):
-        MEMBER = "member", "Member"
-        LEAD = "lead", "Lead"
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
-
-    class Meta:
-        ordering = ["tenant", "user__username"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="portal_membership_unique_user")]
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.tenant} ({self.role})"
-
-
-class TenantNamespaceQuerySet(models.QuerySet["TenantNamespace"]):
-    def visible_to(self, user: Any) -> Self:
-        return self.filter(tenant__in=Tenant.objects.visible_to(user))
-
-
-class TenantNamespace(models.Model):
-    """A namespace of one cluster owned by a tenant."""
-
-    class Source(models.TextChoices):
-        EXPLICIT = "explicit", "Assigned by a platform admin"
-        LABEL = "label", "Namespace label"
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="namespaces")
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    namespace = models.CharField(max_length=63)
-    source = models.CharField(max_length=10, choices=Source.choices)
-
-    objects = TenantNamespaceQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["cluster", "namespace"]
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "namespace"], name="portal_tenantnamespace_unique_namespace")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.namespace} → {self.tenant.slug}"
-
-
-class NamespaceLabelRule(models.Model):
-    """The namespace label whose value names the owning tenant; per cluster, or for all clusters (cluster empty)."""
-
-    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    label_key = models.CharField(max_length=317)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        # One rule per cluster; the service keeps a single default (cluster empty) under a lock.
-        constraints = [models.UniqueConstraint(fields=["cluster"], name="portal_labelrule_unique_cluster")]
-
-    def __str__(self) -> str:
-        return f"{self.label_key} ({self.cluster.name if self.cluster_id else 'all clusters'})"
-
-
-class QuotaPolicy(models.Model):
-    """How many distinct approvers a quota request for an offering needs (more above a threshold)."""
-
-    offering = models.OneToOneField("catalog.Offering", on_delete=models.CASCADE, related_name="+")
-    approvals = models.PositiveSmallIntegerField(default=1)
-    threshold_units = models.PositiveIntegerField(null=True, blank=True, help_text="Above this, approvals_above.")
-    approvals_above = models.PositiveSmallIntegerField(default=2)
-
-    def __str__(self) -> str:
-        return f"{self.offering.name}: {self.approvals} (>{self.threshold_units}: {self.approvals_above})"
-
-
-DEFAULT_APPROVALS, DEFAULT_THRESHOLD, DEFAULT_APPROVALS_ABOVE = 1, 16, 2
-
-
-class QuotaOwnership(models.Model):
-    """Whether the portal owns the accelerator keys of the ResourceQuotas in a namespace (or in every namespace of a
-    tenant): where it does, an approved increase takes the key over from another field manager (server-side apply
-    with force); where it does not (the default), such a conflict is refused with the reason and a suggested fix.
-    A namespace's own row wins over its tenant's."""
-
-    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    namespace = models.CharField(max_length=63, blank=True)
-    portal_owns_accelerator_keys = models.BooleanField(
-        default=False, help_text="Take accelerator keys (extended resources, *.deviceclass.resource.k8s.io/*) over "
-                                 "from other field managers on this namespace's quota objects (forced apply).")
-    note = models.CharField(max_length=500, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name = "quota ownership policy"
-        verbose_name_plural = "quota ownership policies"
-        constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(tenant__isnull=False, cluster__isnull=True, namespace="")
-                           | models.Q(tenant__isnull=True, cluster__isnull=False) & ~models.Q(namespace="")),
-                name="portal_quotaownership_one_scope"),
-            models.UniqueConstraint(fields=["tenant"], condition=models.Q(tenant__isnull=False),
-                                    name="portal_quotaownership_unique_tenant"),
-            models.UniqueConstraint(fields=["cluster", "namespace"], condition=models.Q(cluster__isnull=False),
-                                    name="portal_quotaownership_unique_namespace"),
-        ]
-
-    def __str__(self) -> str:
-        scope = f"tenant {self.tenant}" if self.tenant_id else f"{self.namespace}"
-        return f"{scope}: portal {'owns' if self.portal_owns_accelerator_keys else 'does not force'} accelerator keys"
-
-    def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        if bool(self.tenant_id) == bool(self.cluster_id or self.namespace):
-            raise ValidationError("Set either a tenant, or a cluster and a namespace.")
-        if self.cluster_id and not self.namespace:
-            raise ValidationError("A cluster needs a namespace.")
-
-
-class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
-    def visible_to(self, user: Any) -> Self:
-        return self.filter(tenant__in=Tenant.objects.visible_to(user))
-
-
-class QuotaRequest(models.Model):
-    """A tenant lead's request for units of an offering in one namespace, through approval to the cluster."""
-
-    class State(models.TextChoices):
-        DRAFT = "draft", "Draft"
-        SUBMITTED = "submitted", "Submitted"
-        APPROVED = "approved", "Approved"
-        DENIED = "denied", "Denied"
-        WITHDRAWN = "withdrawn", "Withdrawn"
-        APPLYING = "applying", "Applying to the cluster"
-        ACTIVE = "active", "Active"
-        EXPIRED = "expired", "Expired"
-        FAILED = "failed", "Apply failed (retryable)"
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
-    namespace = models.CharField(max_length=63)
-    offering = models.ForeignKey("catalog.Offering", on_delete=models.PROTECT, related_name="+")
-    units = models.PositiveIntegerField()
-    ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
-    justification = models.TextField()
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
-    state = models.CharField(max_length=12, choices=State.choices, default=State.DRAFT)
-    approvals_required = models.PositiveSmallIntegerField(default=1)
-    apply_error = models.TextField(blank=True)
-    apply_attempts = models.PositiveIntegerField(default=0)
-    apply_attempted_at = models.DateTimeField(null=True, blank=True)
-    applied_hard = models.JSONField(default=dict, blank=True, help_text="What the portal applied last.")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = QuotaRequestQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["cluster", "namespace", "state"], name="portal_quotareq_ns_state")]
-
-    def __str__(self) -> str:
-        # what the audit log shows for the object (target_repr): names, not database ids
-        return f"Quota request #{self.pk}: {self.units} \u00d7 {self.offering.name} in {self.namespace} ({self.state})"
-
-
-class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
-    def visible_to(self, user: Any) -> Self:
-        """The namespaces of the user's tenants (every namespace for platform roles; none for anonymous users)."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        if sees_all_tenants(user):
-            return self
-        owned = TenantNamespace.objects.visible_to(user).filter(cluster_id=models.OuterRef("cluster_id"),
-                                                                 namespace=models.OuterRef("namespace"))
-        return self.filter(models.Exists(owned))
-
-
-class QuotaNamespaceState(models.Model):
-    """The portal's quota in one namespace as the cluster carries it: desired (granted, unexpired units) against what
-    the sync shows, kept by the confirm beat (portal/quota.py `quota_namespaces_reconcile`). Drift is re-applied with
-    backoff, and a failed apply — raising or lowering — stays visible here until the cluster matches."""
-
-    class Status(models.TextChoices):
-        IN_SYNC = "in_sync", "In sync"
-        APPLYING = "applying", "Applying"
-        DRIFT = "drift", "Differs from the granted quota (re-applying)"
-        FAILED = "failed", "Apply failed (retrying)"
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    namespace = models.CharField(max_length=63)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.APPLYING)
-    desired = models.JSONField(default=dict, blank=True, help_text="Granted, unexpired units per quota key.")
-    observed = models.JSONField(default=dict, blank=True,
-                                help_text="Per key, the increase the cluster carries: the least, over the quota "
-                                          "objects the portal writes, of their value minus the baseline.")
-    targets = models.JSONField(default=dict, blank=True,
-                               help_text="Per quota object, the accelerator keys the portal applies and their values.")
-    baselines = models.JSONField(default=dict, blank=True,
-                                 help_text="Per quota object written by someone else, each key's value before the "
-                                           "portal managed it (the grant is added to it).")
-    last_error = models.TextField(blank=True)
-    failures = models.PositiveIntegerField(default=0, help_text="Consecutive failed applies (backoff).")
-    attempted_at = models.DateTimeField(null=True, blank=True)
-    drift_since = models.DateTimeField(null=True, blank=True)
-    checked_at = models.DateTimeField(null=True, blank=True)
-
-    objects = QuotaNamespaceStateQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["cluster", "namespace"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "namespace"], name="portal_quotans_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.namespace} quota ({self.status})"
-
-
-class QuotaDecision(models.Model):
-    class Decision(models.TextChoices):
-        APPROVE = "approve", "Approve"
-        DENY = "deny", "Deny"
-
-    request = models.ForeignKey(QuotaRequest, on_delete=models.CASCADE, related_name="decisions")
-    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
-    decision = models.CharField(max_length=8, choices=Decision.choices)
-    comment = models.TextField(blank=True)
-    decided_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["decided_at"]
-        constraints = [models.UniqueConstraint(fields=["request", "approver"], name="portal_decision_once")]
-
-    def __str__(self) -> str:
-        return f"{self.approver} {self.decision} #{self.request_id}"
-
-
-class Notification(models.Model):
-    """An in-app inbox entry (also sent by e-mail)."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
-    subject = models.CharField(max_length=200)
-    body = models.TextField(blank=True)
-    url = models.CharField(max_length=300, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    read_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["user", "read_at"], name="portal_notification_unread")]
-
-    def __str__(self) -> str:
-        return f"{self.user_id}: {self.subject}"
-
-
-# ------------------------------------------------------------------------------------------ access exceptions
-
-
-class AccessKind(models.TextChoices):
-    ADMIN_ACCESS = "admin-access", "DRA adminAccess"
-    PRIVILEGED = "privileged", "Privileged exception"
-
-
-class AccessPolicy(models.Model):
-    """Per kind of exception: the longest window, the approvals needed, how long a request waits for reviews, and
-    (adminAccess) whether admin claims still present when the grant ends are deleted or only flagged."""
-
-    kind = models.CharField(max_length=16, choices=AccessKind.choices, unique=True)
-    max_window = models.DurationField(help_text="Longest window a request may ask for.")
-    approvals = models.PositiveSmallIntegerField(default=2, help_text="Distinct security approvers needed.")
-    review_timeout = models.DurationField(help_text="A request unanswered this long expires.")
-    delete_claims_at_end = models.BooleanField(
-        default=False, help_text="adminAccess: delete admin claims that outlive the grant (otherwise flag them).")
-
-    def __str__(self) -> str:
-        return f"{self.kind}: ≤{self.max_window}, {self.approvals} approval(s)"
-
-
-class AccessRequestQuerySet(models.QuerySet["AccessRequest"]):
-    def visible_to(self, user: Any) -> Self:
-        return self.filter(tenant__in=Tenant.objects.visible_to(user))
-
-
-class AccessRequest(models.Model):
-    """A ticket asking for an exception in one namespace for a bounded window; reviewed by security approvers."""
-
-    class State(models.TextChoices):
-        SUBMITTED = "submitted", "Awaiting review"
-        APPROVED = "approved", "Approved (grant issued)"
-        DENIED = "denied", "Denied"
-        WITHDRAWN = "withdrawn", "Withdrawn"
-        EXPIRED = "expired", "Expired unanswered"
-
-    kind = models.CharField(max_length=16, choices=AccessKind.choices)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="access_requests")
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
-    namespace = models.CharField(max_length=63)
-    service_account = models.CharField(max_length=253, blank=True, help_text="Privileged: the service account.")
-    workload = models.CharField(max_length=63, blank=True,
-                                help_text="Privileged: only pods labelled app.kubernetes.io/name=<workload>.")
-    reason = models.TextField()
-    ticket_ref = models.CharField(max_length=120, help_text="External ticket (change or incident) reference.")
-    window = models.DurationField()
-    starts_at = models.DateTimeField(null=True, blank=True, help_text="Empty: as soon as approved.")
-    extends = models.ForeignKey("Grant", null=True, blank=True, on_delete=models.SET_NULL, related_name="extensions")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
-    state = models.CharField(max_length=10, choices=State.choices, default=State.SUBMITTED)
-    approvals_required = models.PositiveSmallIntegerField()
-    break_glass = models.BooleanField(default=False)
-    review_due_at = models.DateTimeField()
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = AccessRequestQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["state", "review_due_at"], name="portal_accessreq_due")]
-
-    def __str__(self) -> str:
-        return f"#{self.pk} {self.kind} {self.namespace} ({self.state})"
-
-    def get_absolute_url(self) -> str:
-        return reverse("portal:access_request_detail", kwargs={"pk": self.pk})
-
-
-class AccessReview(models.Model):
-    """One security approver's review of a request (or, after break-glass, of the grant already issued)."""
-
-    class Decision(models.TextChoices):
-        APPROVE = "approve", "Approve"
-        DENY = "deny", "Deny"
-
-    request = models.ForeignKey(AccessRequest, on_delete=models.CASCADE, related_name="reviews")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
-    decision = models.CharField(max_length=8, choices=Decision.choices)
-    comment = models.TextField(blank=True)
-    after_the_fact = models.BooleanField(default=False, help_text="Review of a break-glass grant.")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["created_at"]
-        constraints = [models.UniqueConstraint(fields=["request", "reviewer"], name="portal_accessreview_once")]
-
-    def __str__(self) -> str:
-        return f"{self.reviewer} {self.decision} access #{self.request_id}"
-
-
-class GrantQuerySet(models.QuerySet["Grant"]):
-    def visible_to(self, user: Any) -> Self:
-        return self.filter(request__tenant__in=Tenant.objects.visible_to(user))
-
-
-EXCEPTION_KEY_SEPARATOR = "_"
-EXCEPTION_KEY_MAX = 253  # a ConfigMap data key
-
-
-def exception_key(namespace: str, service_account: str, workload: str = "") -> str:
-    """The exception object's key for a scope: `<namespace>_<service account>[_<workload>]` (an empty service account
-    is "default"). Unambiguous: a namespace (DNS label) and a service account (DNS subdomain) never contain `_`, so the
-    first `_` ends the namespace and the second the service account; the rest, which may contain `_` and `.`, is the
-    workload. Every character is one a ConfigMap key allows (`[-._a-zA-Z0-9]`)."""
-    key = f"{namespace}{EXCEPTION_KEY_SEPARATOR}{service_account or 'default'}"
-    return f"{key}{EXCEPTION_KEY_SEPARATOR}{workload}" if workload else key
-
-
-class Grant(models.Model):
-    """What an approved request allows, kept apart from the request: pending → active → expired / revoked.
-
-    It becomes active only when the sync shows the namespace label / exception entry in the cluster; it ends at
-    `ends_at` (beat) or when revoked, and the cluster side is undone after commit.
-    """
-
-    class State(models.TextChoices):
-        PENDING = "pending", "Pending (being applied)"
-        ACTIVE = "active", "Active"
-        EXPIRED = "expired", "Expired"
-        REVOKED = "revoked", "Revoked"
-
-    class Review(models.TextChoices):
-        NONE = "", "Reviewed before the grant"
-        PENDING = "pending", "Break-glass: review pending"
-        CONFIRMED = "confirmed", "Break-glass: confirmed"
-        REJECTED = "rejected", "Break-glass: rejected"
-
-    request = models.OneToOneField(AccessRequest, on_delete=models.PROTECT, related_name="grant")
-    kind = models.CharField(max_length=16, choices=AccessKind.choices)
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
-    namespace = models.CharField(max_length=63)
-    service_account = models.CharField(max_length=253, blank=True)
-    workload = models.CharField(max_length=63, blank=True)
-    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    activated_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField(null=True, blank=True)
-    ended_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-                                 related_name="+")
-    end_reason = models.TextField(blank=True)
-    break_glass_review = models.CharField(max_length=10, choices=Review.choices, default=Review.NONE, blank=True)
-    apply_attempted_at = models.DateTimeField(null=True, blank=True)
-    apply_error = models.TextField(blank=True)
-    cleanup_confirmed_at = models.DateTimeField(null=True, blank=True, help_text="The sync shows it undone.")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = GrantQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["cluster", "namespace", "state"], name="portal_grant_ns_state")]
-
-    def __str__(self) -> str:
-        return f"grant {self.pk} {self.kind} {self.namespace} ({self.state})"
-
-    @property
-    def exception_key(self) -> str:
-        """The privileged-exception entry (see `exception_key`)."""
-        return exception_key(self.namespace, self.service_account, self.workload)
-
-    @property
-    def legacy_exception_key(self) -> str:
-        """The entry as portals before the `_` encoding wrote it (`<namespace>.<service account>[.<workload>]`),
-        ambiguous: only to tell that an old-format entry of this grant is still in a cluster."""
-        key = f"{self.namespace}.{self.service_account or 'default'}"
-        return f"{key}.{self.workload}" if self.workload else key
-
-
-class GrantUse(models.Model):
-    """A claim or pod that a grant allowed (linked so one grant leads to everything it allowed)."""
-
-    grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="uses")
-    object_kind = models.CharField(max_length=20)
-    object_uid = models.CharField(max_length=128)
-    namespace = models.CharField(max_length=63)
-    name = models.CharField(max_length=253)
-    first_seen_at = models.DateTimeField(auto_now_add=True)
-    outlived_grant = models.BooleanField(default=False, help_text="Still present when the grant ended.")
-    deleted_by_portal_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["first_seen_at"]
-        constraints = [models.UniqueConstraint(fields=["grant", "object_uid"], name="portal_grantuse_once")]
-
-    def __str__(self) -> str:
-        return f"{self.object_kind} {self.namespace}/{self.name} under grant {self.grant_id}"
-
-
-class Violation(models.Model):
-    """A security finding from synced data; open while the condition holds, kept (resolved) afterwards."""
-
-    class Kind(models.TextChoices):
-        ADMIN_CLAIM_WITHOUT_GRANT = "admin-claim-without-grant", "adminAccess claim without a grant"
-        ADMIN_CLAIM_OUTLIVED = "admin-claim-outlived-grant", "adminAccess claim outlived its grant"
-        PRIVILEGED_WITHOUT_EXCEPTION = "privileged-without-exception", "Privileged pod without an exception"
-        LABEL_DRIFT = "admin-label-drift", "admin-access label not set by the portal"
-        GRANT_DRIFT = "grant-drift", "Grant and cluster disagree"
-        ENFORCEMENT_MISSING = "enforcement-missing", "Admission policy missing or changed"
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    kind = models.CharField(max_length=32, choices=Kind.choices)
-    namespace = models.CharField(max_length=253, blank=True)
-    subject = models.CharField(max_length=600, help_text="What it is about, e.g. pod/<ns>/<name> or grant/<id>.")
-    message = models.TextField()
-    evidence = models.JSONField(default=dict)
-    grant = models.ForeignKey(Grant, null=True, blank=True, on_delete=models.SET_NULL, related_name="violations")
-    first_seen_at = models.DateTimeField(auto_now_add=True)
-    last_seen_at = models.DateTimeField()
-    resolved_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-first_seen_at"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "kind", "subject"],
-                                               condition=models.Q(resolved_at__isnull=True),
-                                               name="portal_violation_open_once")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.subject}"
-
-
-class EnforcementSettings(models.Model):
-    """Per cluster: whether the portal applies the privileged admission policy itself (otherwise a platform admin
-    downloads the manifests and applies them; the portal still manages the exception object)."""
-
-    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="+")
-    manage_admission_policy = models.BooleanField(default=True)
-    privileged_applied_at = models.DateTimeField(null=True, blank=True, help_text="Last apply of the privileged scope.")
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id}: manage policy={self.manage_admission_policy}"
-
-
-# ------------------------------------------------------------------------------------------------ chargeback
-
-
-class ChargeMapping(models.Model):
-    """Which offering an allocated resource is charged as, resolved once and then frozen, so a later catalog or
-    inventory change never rewrites past charges. `resource` is the interval's resource: an extended resource
-    (with the node it ran on, whose labels pick the offering) or a DRA device `<driver>/<pool>/<device>`."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    resource = models.CharField(max_length=300)
-    node_name = models.CharField(max_length=253, blank=True)
-    offering = models.ForeignKey("catalog.Offering", null=True, blank=True, on_delete=models.PROTECT,
-                                 related_name="+", help_text="Empty: no offering matched (reported unpriced).")
-    resolved_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["cluster", "resource", "node_name"],
-                                               name="portal_chargemapping_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id}:{self.resource}@{self.node_name or '-'} → {self.offering_id}"
-
-
-# ------------------------------------------------------------------------------------------------ telemetry
-
-
-class TelemetrySource(models.Model):
-    """Where a cluster's dcgm-exporter metrics are read (a Prometheus-compatible HTTP API) and how the last read
-    went: a slow or down Prometheus is this visible state, never a stuck worker or a guessed number."""
-
-    class State(models.TextChoices):
-        UNCONFIGURED = "unconfigured", "No Prometheus configured"
-        OK = "ok", "OK"
-        PARTIAL = "partial", "Partial data"
-        SLOW = "slow", "Prometheus too slow (timeout)"
-        DOWN = "down", "Prometheus unreachable"
-        ERROR = "error", "Prometheus answered with an error"
-
-    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="telemetry_source")
-    prometheus_url = models.URLField(blank=True, help_text="Empty: PORTAL_PROMETHEUS_URL.")
-    cluster_label = models.CharField(
-        max_length=100, blank=True, default="cluster",
-        help_text="Label whose value is the cluster's name in a shared Prometheus; empty: one Prometheus per cluster.")
-    state = models.CharField(max_length=16, choices=State.choices, default=State.UNCONFIGURED)
-    message = models.TextField(blank=True)
-    checked_at = models.DateTimeField(null=True, blank=True)
-    last_success_at = models.DateTimeField(null=True, blank=True)
-    rolled_up_to = models.DateTimeField(null=True, blank=True, help_text="Every hour before this is rolled up.")
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id}: {self.state}"
-
-
-class UtilizationRollup(models.Model):
-    """One hour of one DCGM entity (card, or MIG instance) for one holder: what it did, joined to who held it.
-
-    Keyed like the exporter's series (UUID, GPU_I_ID, namespace/pod): a pod that moved between devices within the
-    hour has one row per device, each with the samples it had there."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    hour = models.DateTimeField()
-    device = models.ForeignKey("inventory.Device", null=True, blank=True, on_delete=models.SET_NULL,
-                               related_name="+")
-    device_key = models.CharField(max_length=800, blank=True, help_text="The inventory unit row's key (frozen).")
-    unit_kind = models.CharField(max_length=20, blank=True)
-    node_name = models.CharField(max_length=253, blank=True)
-    gpu_uuid = models.CharField(max_length=128)
-    gpu_index = models.CharField(max_length=8, blank=True)
-    gpu_instance = models.CharField(max_length=8, blank=True, help_text="GPU_I_ID of a MIG instance.")
-    gpu_profile = models.CharField(max_length=32, blank=True, help_text="GPU_I_PROFILE of a MIG instance.")
-    model = models.CharField(max_length=200, blank=True)
-    pod_namespace = models.CharField(max_length=253, blank=True)
-    pod_name = models.CharField(max_length=253, blank=True)
-    interval = models.ForeignKey("inventory.AllocationInterval", null=True, blank=True, on_delete=models.SET_NULL,
-                                 related_name="+")
-    holder_kind = models.CharField(max_length=10, blank=True)
-    holder_uid = models.CharField(max_length=128, blank=True)
-    namespace = models.CharField(max_length=253, blank=True)
-    holder_name = models.CharField(max_length=253, blank=True)
-    resource = models.CharField(max_length=300, blank=True)
-    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    offering = models.ForeignKey("catalog.Offering", null=True, blank=True, on_delete=models.SET_NULL,
-                                 related_name="+")
-    samples = models.IntegerField(default=0)
-    coverage = models.FloatField(default=0, help_text="Samples / samples expected at the scrape interval (0..1).")
-    util_mean = models.FloatField(null=True, blank=True, help_text="Mean graphics-engine activity (0..1).")
-    util_p95 = models.FloatField(null=True, blank=True)
-    mem_used_mib = models.FloatField(null=True, blank=True, help_text="Largest framebuffer use in the hour.")
-    energy_j = models.FloatField(null=True, blank=True)
-    temp_max = models.FloatField(null=True, blank=True)
-    xid_codes = models.JSONField(default=list, blank=True)
-
-    class Meta:
-        ordering = ["-hour", "node_name", "gpu_uuid", "gpu_instance"]
-        constraints = [models.UniqueConstraint(
-            fields=["cluster", "hour", "gpu_uuid", "gpu_instance", "pod_namespace", "pod_name"],
-            name="portal_rollup_unique_series")]
-        indexes = [
-            models.Index(fields=["cluster", "hour"], name="portal_rollup_hour"),
-            models.Index(fields=["holder_kind", "holder_uid", "hour"], name="portal_rollup_holder"),
-            models.Index(fields=["device", "hour"], name="portal_rollup_device"),
-            models.Index(fields=["offering", "hour"], name="portal_rollup_offering"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.hour:%Y-%m-%d %H}h {self.gpu_uuid}/{self.gpu_instance or '-'} {self.holder_name}"
-
-
-class TelemetryFinding(models.Model):
-    """A telemetry problem, present while the condition holds (deleted when it clears)."""
-
-    class Kind(models.TextChoices):
-        IDLE = "allocated-idle", "Allocated but idle"
-        XID = "xid", "XID error"
-        MISSING = "telemetry-missing", "Telemetry missing for a device that should have it"
-        PLUGIN_DCGM = "plugin-healthy-dcgm-failing", "Device plugin says healthy, DCGM says failing"
-        THERMAL = "thermal", "Running at its thermal limit"
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    kind = models.CharField(max_length=40, choices=Kind.choices)
-    severity = models.CharField(max_length=10, default="warning")
-    subject = models.CharField(max_length=600)
-    node_name = models.CharField(max_length=253, blank=True)
-    namespace = models.CharField(max_length=253, blank=True)
-    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    offering = models.ForeignKey("catalog.Offering", null=True, blank=True, on_delete=models.SET_NULL,
-                                 related_name="+")
-    message = models.TextField()
-    action = models.TextField(blank=True)
-    evidence = models.JSONField(default=dict)
-    first_seen_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["cluster", "kind", "subject"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "kind", "subject"],
-                                               name="portal_telemetryfinding_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.subject}"
-
-
-class IdlePolicy(models.Model):
-    """When an allocated unit of an offering counts as idle (defaults: PORTAL_IDLE_THRESHOLD, PORTAL_IDLE_HOURS)."""
-
-    offering = models.OneToOneField("catalog.Offering", on_delete=models.CASCADE, related_name="idle_policy")
-    threshold = models.FloatField(help_text="Mean graphics-engine activity below which an hour is idle (0..1).")
-    hours = models.PositiveIntegerField(default=1, help_text="Consecutive idle hours before the finding.")
-
-    class Meta:
-        constraints = [models.CheckConstraint(condition=models.Q(threshold__gte=0) & models.Q(threshold__lte=1),
-                                              name="portal_idlepolicy_threshold_fraction")]
-
-    def __str__(self) -> str:
-        return f"{self.offering_id}: < {self.threshold:.0%} for {self.hours} h"
+from portal.access.models import (
+    EXCEPTION_KEY_MAX,
+    EXCEPTION_KEY_SEPARATOR,
+    AccessKind,
+    AccessPolicy,
+    AccessRequest,
+    AccessRequestQuerySet,
+    AccessReview,
+    Grant,
+    GrantQuerySet,
+    GrantUse,
+    exception_key,
+)
+from portal.chargeback.models import ChargeMapping
+from portal.enforcement.models import EnforcementSettings, Violation
+from portal.notifications.models import Notification
+from portal.quota.models import (
+    DEFAULT_APPROVALS,
+    DEFAULT_APPROVALS_ABOVE,
+    DEFAULT_THRESHOLD,
+    QuotaDecision,
+    QuotaNamespaceState,
+    QuotaNamespaceStateQuerySet,
+    QuotaOwnership,
+    QuotaPolicy,
+    QuotaRequest,
+    QuotaRequestQuerySet,
+)
+from portal.telemetry.models import IdlePolicy, TelemetryFinding, TelemetrySource, UtilizationRollup
+from portal.tenancy.models import (
+    GLOBAL_VIEW_GROUPS,
+    NamespaceLabelRule,
+    Tenant,
+    TenantMembership,
+    TenantNamespace,
+    TenantNamespaceQuerySet,
+    TenantQuerySet,
+    sees_all_tenants,
+)
+
+__all__ = [
+    "DEFAULT_APPROVALS",
+    "DEFAULT_APPROVALS_ABOVE",
+    "DEFAULT_THRESHOLD",
+    "EXCEPTION_KEY_MAX",
+    "EXCEPTION_KEY_SEPARATOR",
+    "GLOBAL_VIEW_GROUPS",
+    "AccessKind",
+    "AccessPolicy",
+    "AccessRequest",
+    "AccessRequestQuerySet",
+    "AccessReview",
+    "ChargeMapping",
+    "EnforcementSettings",
+    "Grant",
+    "GrantQuerySet",
+    "GrantUse",
+    "IdlePolicy",
+    "NamespaceLabelRule",
+    "Notification",
+    "QuotaDecision",
+    "QuotaNamespaceState",
+    "QuotaNamespaceStateQuerySet",
+    "QuotaOwnership",
+    "QuotaPolicy",
+    "QuotaRequest",
+    "QuotaRequestQuerySet",
+    "TelemetryFinding",
+    "TelemetrySource",
+    "Tenant",
+    "TenantMembership",
+    "TenantNamespace",
+    "TenantNamespaceQuerySet",
+    "TenantQuerySet",
+    "UtilizationRollup",
+    "Violation",
+    "exception_key",
+    "sees_all_tenants",
+]

@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
@@ -34,7 +35,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from audit.context import client_address
-from portal.roles import Role
+from portal.tenancy.roles import Role
 
 
 def admin_has_permission(request: HttpRequest) -> bool:
@@ -118,7 +119,7 @@ def _count_failure(sender: Any, credentials: dict[str, Any], request: Any = None
 
 
 @receiver(user_logged_in, dispatch_uid="portal.security.logged_in")
-def _clear_on_success(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+def _clear_on_success(sender: Any, request: Any, user: User, **kwargs: Any) -> None:
     if request is not None and user is not None:
         login_success_record(request, user.get_username())
 

@@ -29,7 +29,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("inventory/", include("inventory.urls")),
     path("catalog/", include("catalog.urls")),
-    path("", include("portal.tenant_urls")),
+    path("", include("portal.ui_urls")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/catalog/", include("catalog.api.urls")),
     path("api/v1/", include("catalog.api.manifest_urls")),

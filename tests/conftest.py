@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.tools import pytest_terminal_summary  # noqa: F401 - the loud count of tests skipped for a missing tool
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db

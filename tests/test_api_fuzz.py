@@ -53,11 +53,11 @@ from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
 from inventory.services.sync import cluster_sync_once
 from kubesim import Simulator
-from portal.access import access_request_create, break_glass_grant
+from portal.access.services import access_request_create, break_glass_grant
 from portal.management.commands.demo_tenants import LABEL, TENANTS
-from portal.quota import quota_request_create
-from portal.roles import Role
-from portal.tenancy import label_rule_set, membership_set, tenant_create, tenant_namespaces_sync
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
+from portal.tenancy.services import label_rule_set, membership_set, tenant_create, tenant_namespaces_sync
 from tests.conftest import make_user
 
 # django_db: each test runs in a transaction rolled back at its end (the seed is committed once per module).

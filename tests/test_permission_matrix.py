@@ -25,10 +25,10 @@ from apitokens.scopes import SCOPES
 from audit.models import AuditEvent
 from catalog.models import OfferingPrice
 from inventory.models import ResourceClaim
-from portal.access import access_request_create, break_glass_grant
+from portal.access.services import access_request_create, break_glass_grant
 from portal.models import Grant, QuotaNamespaceState, Tenant, Violation
-from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
 from tests.apitokens.conftest import make_token
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user

@@ -207,7 +207,7 @@ def test_no_missing_migrations() -> None:
 def test_sensitive_data_groups_are_the_platform_roles() -> None:
     from django.conf import settings
 
-    from portal.roles import Role
+    from portal.tenancy.roles import Role
 
     assert set(settings.PORTAL_SENSITIVE_DATA_GROUPS) == {
         Role.PLATFORM_ADMIN.value, Role.APPROVER.value, Role.SECURITY_APPROVER.value}

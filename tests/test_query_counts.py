@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from catalog.models import UnitKind
 from inventory.models import AllocationInterval, Cluster
-from portal.access import access_request_create
+from portal.access.services import access_request_create
 from portal.models import AccessKind, TenantMembership
-from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
@@ -127,7 +127,7 @@ def test_list_query_count_does_not_grow_with_rows(world: World, persona: str, ur
 
 def test_the_guard_catches_an_n_plus_one(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A serializer that reads a relation per row (the classic N+1) makes the guard fail."""
-    from portal.access_api import AccessRequestSerializer
+    from portal.access.api import AccessRequestSerializer
 
     original: Callable[..., Any] = AccessRequestSerializer.to_representation
 

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "portal", "audit", "apitokens", "inventory", "catalog", "integrations", "kubesim")
-BASELINE_SIZE_WHEN_INTRODUCED = 50  # lower this number whenever a module leaves the baseline; never raise it
+BASELINE_SIZE_WHEN_INTRODUCED = 46  # lower this number whenever a module leaves the baseline; never raise it
 
 
 def _overrides() -> tuple[list[str], list[str]]:

@@ -3,8 +3,8 @@
 "Needs a privileged exception" means "violates the baseline profile" (kubernetes.io/docs/concepts/security/
 pod-security-standards, as the pod-security-admission library's `policy/check_*.go` implement it for v1.35). Every
 user reads the same `RULES`: the validator's policy layer (catalog.validation.policy), the violation scan
-(portal.violations, which also derives its SQL prefilter from `prefilter_keys`) and the ValidatingAdmissionPolicy
-(portal.enforcement, whose variables `cel_variables` writes). Nothing else may restate a control.
+(portal.enforcement.violations, which also derives its SQL prefilter from `prefilter_keys`) and the ValidatingAdmissionPolicy
+(portal.enforcement.services, whose variables `cel_variables` writes). Nothing else may restate a control.
 
 Upstream visits init containers (restartable sidecars included), containers and ephemeral containers for every
 container control, so do we. allowPrivilegeEscalation belongs to the *restricted* profile and is not here.

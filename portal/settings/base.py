@@ -109,7 +109,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"  # each role lands where its work is (portal.views.home)
 LOGOUT_REDIRECT_URL = "login"
 
-# Notification e-mail (portal/notifications.py). The demo writes messages to files under var/mail instead.
+# Notification e-mail (portal/notifications/services.py). The demo writes messages to files under var/mail instead.
 EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env("DJANGO_EMAIL_HOST", default="localhost")
 EMAIL_PORT = env.int("DJANGO_EMAIL_PORT", default=25)
@@ -181,8 +181,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OfferingLifecycleEnum": "catalog.models.Lifecycle",
         "LifecycleChangeEnum": ["active", "deprecated", "retired"],
-        "AccessKindEnum": "portal.models.AccessKind",
-        "ViolationKindEnum": "portal.models.Violation.Kind",
+        "AccessKindEnum": "portal.access.models.AccessKind",
+        "ViolationKindEnum": "portal.enforcement.models.Violation.Kind",
     },
 }
 
@@ -300,7 +300,7 @@ PORTAL_KUBECONFIG_DIR = env("PORTAL_KUBECONFIG_DIR", default="")
 # The exact `proxy-url` values a kubeconfig may name; empty = no kubeconfig may send the portal through a proxy.
 PORTAL_KUBECONFIG_ALLOWED_PROXIES = env.list("PORTAL_KUBECONFIG_ALLOWED_PROXIES", default=[])
 
-# Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/roles.py.
+# Groups that may see hardware identifiers (serials, UUIDs, PCI addresses): the platform roles of portal/tenancy/roles.py.
 # Node names in REST API answers become stable pseudonyms for users who may not see sensitive data (docs/tokens.md).
 PORTAL_REDACT_NODE_NAMES = env.bool("PORTAL_REDACT_NODE_NAMES", default=False)
 PORTAL_SENSITIVE_DATA_GROUPS = env.list(

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from audit.services import audit_record
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 
 KEY = "k" * 16 + "test-checkpoint-key-not-secret"

@@ -11,7 +11,7 @@ from audit import admin as audit_admin
 from audit.models import AuditEvent
 from inventory.models import ChangeEvent, Cluster
 from portal import admin as portal_admin
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.audit.admin_forms import submit
 from tests.audit.test_admin_walk import PASSWORD, TOKEN_A, kubeconfig
 from tests.conftest import make_user

@@ -24,10 +24,10 @@ from rest_framework.test import APIClient
 from audit.models import AuditCheckpoint, AuditEvent
 from catalog.models import Offering
 from integrations.services import webhook_subscription_create
-from portal.access import access_request_create, break_glass_grant
+from portal.access.services import access_request_create, break_glass_grant
 from portal.models import QuotaRequest
-from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory

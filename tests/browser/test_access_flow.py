@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, expect
 
-from portal.enforcement import ADMIN_LABEL, enforcement_apply, grants_confirm
+from portal.enforcement.services import ADMIN_LABEL, enforcement_apply, grants_confirm
 from portal.models import Grant
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.browser.test_catalog_pages import log_in, shot
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

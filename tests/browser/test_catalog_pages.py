@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from catalog.models import CapacitySample, Offering, OfferingCapacity
 from inventory.models import Cluster
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.browser.test_catalog_pages import log_in, shot
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user

@@ -13,10 +13,10 @@ from django.core.management import call_command
 from playwright.sync_api import Browser, Page, expect
 
 from catalog.models import Offering
-from portal.access import access_request_create
+from portal.access.services import access_request_create
 from portal.models import AccessKind
-from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
 from tests.browser.conftest import log_in_as
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

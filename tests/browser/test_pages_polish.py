@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Browser, Page, expect
 
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.browser.conftest import log_in_as
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
@@ -49,7 +49,7 @@ def lena(demo):
 def _ask(lead, cluster, units: int, justification: str = "fine-tuning"):
     """lena's quota request for H100s in ml-research."""
     from catalog.models import Offering
-    from portal.quota import quota_request_create
+    from portal.quota.services import quota_request_create
 
     return quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="ml-research", units=units,
                                 offering_id=Offering.objects.get(slug="h100-80gb").pk, justification=justification)
@@ -321,7 +321,7 @@ def test_audit_finds_verbs_by_word_names_objects_and_the_api_docs_lead_back(brow
                                                                             demo, lena) -> None:
     from django.contrib.auth.models import User
 
-    from portal.quota import quota_request_decide
+    from portal.quota.services import quota_request_decide
 
     qr = _ask(lena, demo, 8)
     quota_request_decide(actor=User.objects.get(username="abe"), request_id=qr.pk, approve=False, comment="no budget")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, expect
 
-from portal.quota import FIELD_MANAGER, QUOTA_NAME, quota_apply, quota_requests_confirm
-from portal.roles import Role
+from portal.quota.services import FIELD_MANAGER, QUOTA_NAME, quota_apply, quota_requests_confirm
+from portal.tenancy.roles import Role
 from tests.browser.test_catalog_pages import log_in, shot
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user

@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 from catalog.models import Offering
 from catalog.services.capacity import capacity_refresh
 from inventory.models import Device
-from portal.quota import quota_request_create
-from portal.roles import Role
+from portal.quota.services import quota_request_create
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

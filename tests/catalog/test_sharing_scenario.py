@@ -15,7 +15,7 @@ from catalog.services.capacity import capacity_refresh
 from catalog.services.discovery import discovery_run
 from inventory.models import AllocationInterval, Device, Pod
 from inventory.redaction import REDACTED
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import live_cluster, make_user
 from tests.portal.factories import give_namespaces
 

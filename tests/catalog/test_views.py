@@ -233,7 +233,7 @@ def test_platform_admin_reaches_every_page(client: Client, platform_admin: User,
 
 
 def test_curator_group_without_superuser_can_curate(client: Client, db: None) -> None:
-    from portal.roles import Role
+    from portal.tenancy.roles import Role
     from tests.conftest import make_user
 
     client.force_login(make_user("curator", Role.PLATFORM_ADMIN))  # permission granted to the group by migration

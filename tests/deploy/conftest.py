@@ -127,9 +127,10 @@ def template_labels(workload: Doc) -> dict[str, str]:
 
 
 def applied_documents(monkeypatch: pytest.MonkeyPatch, tenant: str) -> list[Doc]:
-    """Every document portal/quota.py and portal/enforcement.py server-side apply, for one tenant namespace; the
+    """Every document portal/quota/services.py and portal/enforcement/services.py server-side apply, for one tenant namespace; the
     database reads they make are replaced by fixed answers (the shapes do not depend on them)."""
-    from portal import enforcement, quota
+    from portal.enforcement import services as enforcement
+    from portal.quota import services as quota
 
     monkeypatch.setattr(quota, "desired_hard", lambda cluster_id, namespace: {"requests.nvidia.com/gpu": "4"})
     monkeypatch.setattr(enforcement, "exception_entries", lambda cluster_id, now: {f"{tenant}_runner": "grant=1"})

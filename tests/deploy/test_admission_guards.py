@@ -13,8 +13,8 @@ import yaml
 
 from inventory.k8s.client import KubernetesClusterClient
 from kubesim import Simulator
-from portal.enforcement import ADMIN_LABEL
-from portal.quota import FIELD_MANAGER
+from portal.enforcement.services import ADMIN_LABEL
+from portal.quota.services import FIELD_MANAGER
 
 from .conftest import SYSTEM_NAMESPACE, Doc, applied_documents, of_kind
 

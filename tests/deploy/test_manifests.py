@@ -469,8 +469,8 @@ def test_the_cluster_calls_happen_where_the_identities_expect_them() -> None:
     """If another module starts calling the cluster, its process's RBAC has to be reviewed: this fails first."""
     adapter = "inventory/k8s/client.py"
     assert _callers(r"\.list_page\(|\.watch\(") - {adapter} == {"inventory/services/sync.py"}
-    assert _callers(r"\.apply\(\s*\w+,\s*field_manager=") == {"portal/quota.py", "portal/enforcement.py"}
-    assert _callers(r"client\.delete\(") == {"portal/enforcement.py"}
+    assert _callers(r"\.apply\(\s*\w+,\s*field_manager=") == {"portal/quota/services.py", "portal/enforcement/services.py"}
+    assert _callers(r"client\.delete\(") == {"portal/enforcement/services.py"}
     assert _callers(r"\.create_dry_run\(") - {adapter} == {"catalog/services/manifests.py"}
 
 

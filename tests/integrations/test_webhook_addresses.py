@@ -22,7 +22,7 @@ from integrations.delivery import SIGNATURE_HEADER, signature_valid
 from integrations.errors import WebhookValidationError
 from integrations.models import WebhookDelivery, WebhookSubscription
 from integrations.services import webhook_delivery_attempt, webhook_subscription_create, webhook_subscription_update
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.integrations.test_webhooks import SECRET, Endpoint
 

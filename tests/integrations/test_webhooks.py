@@ -28,7 +28,7 @@ from integrations.services import (
 from inventory.changefeed import feed_head
 from inventory.models import ChangeEvent, Cluster
 from inventory.services.changes import PendingChange, change_feed_lock, changes_record
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 
 SECRET = "s3cret-webhook-key-that-must-never-leak"

@@ -40,8 +40,8 @@ from catalog.services.discovery import discovery_run, proposal_decide
 from catalog.services.matching import ClusterDevices
 from inventory.kinds import SYNCED_KINDS
 from inventory.models import AllocationInterval, Cluster, Device, Node, Path, Pod, ResourceSlice
-from portal import chargeback as cb
-from portal.roles import Role
+from portal.chargeback import services as cb
+from portal.tenancy.roles import Role
 from tests.conftest import live_cluster, make_user
 from tests.invariants.scenarios import random_scenario
 from tests.inventory.conftest import Watchers

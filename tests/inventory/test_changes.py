@@ -43,7 +43,7 @@ from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_delete, cluster_register
 from inventory.services.sync import cluster_sync_once
 from kubesim import Simulator
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.inventory.conftest import assert_converged
 

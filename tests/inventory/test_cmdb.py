@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from inventory.api.cmdb import ci_id, decode_cursor, encode_cursor
 from inventory.models import Device
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.portal.test_quota import _sync
 

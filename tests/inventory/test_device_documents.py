@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from inventory.models import Device
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from inventory.models import Node
 from inventory.redaction import NodeNameRedactor, node_pseudonym
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.apitokens.conftest import bearer, make_token
 from tests.conftest import make_user
 

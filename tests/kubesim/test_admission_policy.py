@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 
 from kubesim import Simulator
 from kubesim.admission import CompiledPolicy
-from portal.enforcement import binding_document, policy_document
+from portal.enforcement.services import binding_document, policy_document
 from tests.podsecurity_cases import CASE_IDS, CASES, Case
 
 from .conftest import request

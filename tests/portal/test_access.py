@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from portal.access import (
+from portal.access.services import (
     AccessError,
     AccessStateError,
     access_expire_due,
@@ -23,7 +23,7 @@ from portal.access import (
     reviewable_by,
 )
 from portal.models import AccessPolicy, AccessRequest, Grant, Notification, exception_key
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory
 from tests.portal.factories import give_namespaces

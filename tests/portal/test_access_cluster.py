@@ -22,8 +22,8 @@ from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE
 from inventory.leases import lease_backend
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
-from portal.access import access_expire_due, access_request_create, access_request_review, grant_revoke
-from portal.enforcement import (
+from portal.access.services import access_expire_due, access_request_create, access_request_review, grant_revoke
+from portal.enforcement.services import (
     ADMIN_LABEL,
     EXCEPTIONS_NAME,
     POLICY_NAME,
@@ -37,10 +37,10 @@ from portal.enforcement import (
     privileged_documents,
     undone_in_cluster,
 )
+from portal.enforcement.violations import scan_cluster
 from portal.models import AccessPolicy, EnforcementSettings, Grant, GrantUse, TenantNamespace, Violation
-from portal.quota import FIELD_MANAGER
-from portal.roles import Role
-from portal.violations import scan_cluster
+from portal.quota.services import FIELD_MANAGER
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.kubesim.conftest import request
 from tests.podsecurity_cases import CASES

@@ -14,10 +14,16 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from inventory.models import Namespace
-from portal.access import AccessError, access_expire_due, access_request_create, access_request_review, grant_revoke
-from portal.enforcement import ADMIN_LABEL, grants_confirm
+from portal.access.services import (
+    AccessError,
+    access_expire_due,
+    access_request_create,
+    access_request_review,
+    grant_revoke,
+)
+from portal.enforcement.services import ADMIN_LABEL, grants_confirm
 from portal.models import AccessPolicy, Grant
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory
 from tests.portal.factories import give_namespaces

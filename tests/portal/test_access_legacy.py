@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from portal.access import AccessError, access_request_create, access_request_review, break_glass_grant
+from portal.access.services import AccessError, access_request_create, access_request_review, break_glass_grant
 from portal.models import AccessRequest, Grant
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import live_cluster, make_user, sync_once
 from tests.portal.factories import give_namespaces
 

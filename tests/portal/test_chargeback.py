@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from catalog.models import OfferingPrice
 from inventory.models import AllocationInterval, Device, DeviceClass
-from portal import chargeback as cb
+from portal.chargeback import services as cb
 from portal.models import ChargeMapping, Tenant
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory
@@ -282,14 +282,14 @@ FORMULAS = ("=HYPERLINK(\"http://evil.example/\")", "+1+cmd|' /C calc'!A0", "-2+
 
 @pytest.mark.parametrize("value", ["=1", "+1+1", "-1+2", "-A1", "@x", "\t=1", "\r=1", "\t", "-"])
 def test_spreadsheet_safe_neutralises_every_formula_prefix(value: str) -> None:
-    from portal.csv_export import spreadsheet_safe
+    from portal.chargeback.csv_export import spreadsheet_safe
 
     assert spreadsheet_safe(value) == "'" + value
 
 
 @pytest.mark.parametrize("value", ["-12.50", "+3", "1e-6", "-0.000001", "plain", "a=b", ""])
 def test_spreadsheet_safe_keeps_numbers_and_plain_text(value: str) -> None:
-    from portal.csv_export import spreadsheet_safe
+    from portal.chargeback.csv_export import spreadsheet_safe
 
     assert spreadsheet_safe(value) == value
     assert spreadsheet_safe(Decimal("-1.50")) == "-1.50"

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from catalog.models import OfferingPrice
 from inventory.models import AllocationInterval, Device
-from portal import chargeback as cb
+from portal.chargeback import services as cb
 from tests.catalog.factories import OfferingFactory
 
 WINDOW = (dt.datetime(2026, 1, 14, 12, tzinfo=dt.UTC), dt.datetime(2026, 1, 15, tzinfo=dt.UTC))  # 12 hours

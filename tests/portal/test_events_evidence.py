@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from inventory.models import Device, Event, Path, Pod
 from inventory.selectors import evidence_events
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.conftest import make_user, sync_once
 from tests.portal.factories import give_namespaces
 

@@ -18,7 +18,7 @@ from inventory.leases import lease_backend
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest
-from portal.quota import (
+from portal.quota.services import (
     FIELD_MANAGER,
     QUOTA_NAME,
     QuotaRequestError,
@@ -33,7 +33,7 @@ from portal.quota import (
     quota_request_withdraw,
     quota_requests_confirm,
 )
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces

@@ -24,7 +24,8 @@ from inventory.k8s.semantics import effective_limits
 from inventory.models import LimitRange, ResourceQuota
 from inventory.services.clients import client_for
 from portal.models import QuotaNamespaceState, QuotaOwnership, QuotaRequest, Tenant
-from portal.quota import (
+from portal.quota.selectors import request_context
+from portal.quota.services import (
     FIELD_MANAGER,
     QUOTA_NAME,
     is_accelerator_key,
@@ -33,7 +34,6 @@ from portal.quota import (
     quota_request_decide,
     quota_requests_confirm,
 )
-from portal.quota_api import request_context
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import live_cluster, sync_once
 from tests.portal.factories import give_namespaces

@@ -72,7 +72,7 @@ MATRIX = [
 
 @pytest.mark.parametrize(("who", "quota", "queue", "over", "own", "other"), MATRIX)
 def test_page_permission_matrix(client, request, setup, lead, who, quota, queue, over, own, other) -> None:
-    from portal.quota import quota_request_create
+    from portal.quota.services import quota_request_create
 
     cluster, offering = setup
     mine = quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="train", offering_id=offering.pk,
@@ -156,7 +156,7 @@ def test_cluster_registration_is_audited_without_the_secret(db) -> None:
 
 def test_lead_reduces_an_active_grant_from_the_page(client, setup, lead, member,
                                                     django_capture_on_commit_callbacks) -> None:
-    from portal.quota import quota_request_create
+    from portal.quota.services import quota_request_create
 
     cluster, offering = setup
     grant = quota_request_create(actor=lead, cluster_id=cluster.pk, namespace="train", offering_id=offering.pk,
@@ -178,7 +178,7 @@ def test_lead_reduces_an_active_grant_from_the_page(client, setup, lead, member,
 def test_quota_policy_changes_in_the_admin_are_audited(client, platform_admin, setup) -> None:
     from audit.models import AuditEvent
     from portal.models import QuotaPolicy
-    from portal.quota import approvals_required
+    from portal.quota.services import approvals_required
 
     _, offering = setup
     client.force_login(platform_admin)

@@ -9,14 +9,14 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from inventory.models import Namespace
 from portal.models import Tenant, TenantMembership, TenantNamespace
-from portal.tenancy import (
+from portal.tenancy.selectors import user_namespaces
+from portal.tenancy.services import (
     TenancyError,
     label_rule_set,
     membership_set,
     namespace_assign,
     tenant_create,
     tenant_namespaces_sync,
-    user_namespaces,
 )
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory

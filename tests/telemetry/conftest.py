@@ -56,7 +56,7 @@ def demo_telemetry(transactional_db: None, prometheus: Any, demo_history: list[P
 def refresh_from_idle_hour(cluster: Any, now: dt.datetime) -> dict[str, Any]:
     """The telemetry refresh at `now`, rolling up from IDLE_HOUR (the first hour of the backfilled history)."""
     from portal.models import TelemetrySource
-    from portal.telemetry import telemetry_refresh_cluster
+    from portal.telemetry.services import telemetry_refresh_cluster
 
     source = TelemetrySource.objects.get(cluster=cluster)
     if source.rolled_up_to is None:

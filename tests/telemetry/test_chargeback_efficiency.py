@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 
 from catalog.models import OfferingPrice
 from inventory.models import AllocationInterval
-from portal import chargeback as cb
+from portal.chargeback import services as cb
 from portal.models import UtilizationRollup
-from portal.roles import Role
+from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory

@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 
 from inventory.models import Device
 from portal.models import TelemetryFinding, TelemetrySource
-from portal.roles import Role
-from portal.telemetry import telemetry_refresh_cluster
+from portal.telemetry.services import telemetry_refresh_cluster
+from portal.tenancy.roles import Role
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX, refresh_from_idle_hour

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from portal.models import TelemetryFinding, TelemetrySource, UtilizationRollup
-from portal.telemetry import PrometheusClient, telemetry_refresh_cluster
+from portal.telemetry.services import PrometheusClient, telemetry_refresh_cluster
 from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR, IDLE_POD_PREFIX, NOW, refresh_from_idle_hour
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -185,7 +185,7 @@ def test_a_pod_that_moved_is_attributed_per_interval(live_demo, prometheus, tmp_
     history.write_text("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n" + "\n".join(lines) + "\n# EOF\n")
     prom = prometheus(backfill=[history])
     TelemetrySource.objects.create(cluster=cluster, prometheus_url=prom.url, rolled_up_to=IDLE_HOUR)
-    from portal.telemetry import rollup_hour
+    from portal.telemetry.services import rollup_hour
 
     rollup_hour(cluster, IDLE_HOUR, client=PrometheusClient(prom.url))
     rows = {r.node_name: r for r in UtilizationRollup.objects.filter(cluster=cluster, pod_name="mover-0")}

@@ -99,7 +99,7 @@ class Command(BaseCommand):
         """Start Prometheus for the demo cluster and roll the backfilled hour up once (beat does it from then on)."""
         from inventory.models import Cluster
         from portal.models import TelemetrySource
-        from portal.telemetry import telemetry_refresh_cluster
+        from portal.telemetry.services import telemetry_refresh_cluster
 
         try:
             prom, why = _demo_telemetry(var, scenario, sim_port)

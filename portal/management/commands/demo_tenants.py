@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.models import NamespaceLabelRule, Tenant
-from portal.tenancy import label_rule_set, membership_set, tenant_create, tenant_namespaces_sync
+from portal.tenancy.services import label_rule_set, membership_set, tenant_create, tenant_namespaces_sync
 
 LABEL = "portal.example.com/tenant"
 TENANTS = {

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.roles import Role
+from portal.tenancy.roles import Role
 
 DEMO_USERS = {
     "member": Role.TENANT_MEMBER,

@@ -1,0 +1,65 @@
+"""The quota request form, with the figures its live total needs (granted and physical units)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from django import forms
+from django.contrib.auth.models import User
+
+from catalog.models import Offering, OfferingCapacity
+from portal.quota.services import MAX_UNITS, desired_hards, granted_units
+from portal.tenancy.models import TenantMembership, TenantNamespace
+
+
+class QuotaRequestForm(forms.Form):
+    target = forms.ChoiceField(label="Namespace")
+    offering = forms.ModelChoiceField(queryset=Offering.objects.browsable().order_by("name"), to_field_name="slug")
+    units = forms.IntegerField(min_value=1, max_value=MAX_UNITS, label="Increase by (units)",
+                               help_text="Added to what the namespace is granted now.")
+    ends_at = forms.DateTimeField(required=False, label="Until (empty: open-ended)",
+                                  widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
+    over_capacity = forms.BooleanField(required=False, label="Beyond physical capacity on purpose",
+                                       help_text="Required when the total exceeds the cards the cluster has; say why "
+                                                 "in the justification.")
+
+    def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        led = list(TenantNamespace.objects.filter(
+            tenant__memberships__user=user, tenant__memberships__role=TenantMembership.Role.LEAD
+        ).select_related("cluster").order_by("cluster__name", "namespace"))
+        cast(forms.ChoiceField, self.fields["target"]).choices = [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
+                                         for tn in led]
+        offerings = cast("forms.ModelChoiceField[Offering]", self.fields["offering"]).queryset
+        self.figures = _figures(led, list(offerings) if offerings is not None else [])
+        self.figures_json = json.dumps(self.figures)  # read by portal.js (a data attribute: no inline script)
+
+    def clean(self) -> dict[str, Any]:
+        """The resulting total against physical capacity: beyond it only when the lead says so on purpose."""
+        values = super().clean() or {}
+        target, offering, units = values.get("target"), values.get("offering"), values.get("units")
+        if target is None or offering is None or units is None:
+            return values
+        total = self.figures["granted"].get(f"{target}|{offering.slug}", 0) + units
+        physical = self.figures["physical"].get(f"{target.split('/', 1)[0]}|{offering.slug}")
+        if physical and total > physical and not values.get("over_capacity"):
+            self.add_error("over_capacity", f"{total:,} units in total exceed the {physical:,} physical units of "
+                                            f"{offering.name} in this cluster: tick this and say why in the "
+                                            "justification, or ask for fewer.")
+        return values
+
+
+def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str, dict[str, int]]:
+    """For the form's live total: units granted per (namespace, offering) and physical units per (cluster,
+    offering) from the last capacity recomputation."""
+    granted: dict[str, int] = {}
+    hards = desired_hards((tn.cluster_id, tn.namespace) for tn in led)
+    for tn in led:
+        hard = hards[(tn.cluster_id, tn.namespace)]
+        for offering in offerings:
+            granted[f"{tn.cluster_id}/{tn.namespace}|{offering.slug}"] = granted_units(tn.cluster_id, offering, hard)
+    physical = {f"{row.cluster_id}|{row.offering.slug}": row.quota_capacity for row in OfferingCapacity.objects.filter(
+        cluster_id__in={tn.cluster_id for tn in led}).select_related("offering") if row.quota_capacity}
+    return {"granted": granted, "physical": physical}
