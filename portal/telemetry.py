@@ -480,8 +480,12 @@ def rollup_hour(cluster: Cluster, hour: dt.datetime, *, client: PrometheusClient
     if client is None:
         raise TelemetryError("No Prometheus configured (PORTAL_PROMETHEUS_URL)", TelemetrySource.State.UNCONFIGURED)
     start, end = hour, hour + HOUR
-    rows, warnings = _fetch_hour(client, _selector(source), end)
-    join = Join(cluster, start, end)
+    # Prometheus evaluates the hour (HTTP only in that thread and its pool) while this thread reads the units and
+    # intervals from the database.
+    with ThreadPoolExecutor(max_workers=1) as fetcher:
+        fetched = fetcher.submit(_fetch_hour, client, _selector(source), end)
+        join = Join(cluster, start, end)
+        rows, warnings = fetched.result()
     expected = 3600 / settings.PORTAL_TELEMETRY_SCRAPE_SECONDS
     resolved = [(row, *join.resolve(row.labels, start, end)) for row in rows.values()]
     offering_of = mappings({(cluster.pk, h.resource, h.node_name if h.holder_kind == "pod" else "")
