@@ -10,7 +10,8 @@
    Values follow the holder (training busy, inference bursty, 10 % of pods idle, free cards at zero) but are a
    cheap formula rather than kubesim's per-sample function, to keep the fill affordable.
 3. Starts Prometheus on the blocks and times `rollup_hour` for that hour in a fresh process (wall time and peak RSS
-   by wait4), reporting series, rollup rows, and samples per second (samples in the hour / rollup seconds).
+   by wait4), reporting series, rollup rows, samples and series per second (in the hour / rollup seconds), and the
+   load average around the run (the machine is shared: quote figures with it).
 
     .venv/bin/python bench/telemetry_large.py [--reuse] [--keep-data DIR]
 
@@ -165,6 +166,7 @@ def main() -> int:
     prom.start(timeout=600)
     try:
         code = ROLLUP.replace("URL", repr(prom.url)).replace("HOUR", str(hour))
+        load_before = os.getloadavg()
         with tempfile.TemporaryFile() as out:
             seconds, rss_kib, rc = run_measured([PY, "-c", code], env={**env, "PYTHONPATH": str(ROOT)},
                                                 stdout=out.fileno())
@@ -182,6 +184,9 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     report = {**fill, **result, "process_seconds": round(seconds, 2), "peak_rss_mb": round(rss_kib / 1024, 1),
               "samples_per_second": round(fill["samples"] / result["seconds"]),
+              "series_per_second": round(result["series"] / result["seconds"]),
+              # the machine is shared: the 1-minute load average before and after the rollup, with the cores
+              "load_average": [round(load_before[0], 1), round(os.getloadavg()[0], 1)], "cores": os.cpu_count(),
               "targets": {"seconds": 60, "rss_mb": 400}}
     print(json.dumps(report, indent=2))
     return 0 if result["seconds"] < 60 and rss_kib / 1024 < 400 else 1

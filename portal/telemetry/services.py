@@ -33,10 +33,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
+import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -80,6 +82,12 @@ XID_CATALOGUE: dict[int, tuple[str, str, str]] = {
 FAILING_XIDS = {48, 62, 64, 74, 79, 95, 119, 120}
 THERMAL_LIMIT_C = 85.0
 JOIN_LABELS = "UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod, Hostname, gpu, modelName"
+# The hourly rollup's queries: each aggregate in ROLLUP_SHARDS slices of the fleet by the card's index (`gpu`, a label
+# with a handful of values, so the matcher costs Prometheus nothing; the last slice takes every other value and the
+# series without one), ROLLUP_IN_FLIGHT queries evaluated at once.
+ROLLUP_SHARDS = 4
+ROLLUP_SHARD_GPUS = ("0|1", "2|3", "4|5")
+ROLLUP_IN_FLIGHT = 3
 
 
 class TelemetryError(PortalError):
@@ -137,8 +145,8 @@ class PrometheusClient:
         except OSError as exc:
             raise TelemetryError(f"Prometheus unreachable: {exc}", TelemetrySource.State.DOWN) from exc
         try:
-            doc = json.loads(body)
-        except ValueError as exc:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
             raise TelemetryError("Prometheus answered something that is not JSON", TelemetrySource.State.ERROR) \
                 from exc
         if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
@@ -347,35 +355,67 @@ class Row:
 
 
 def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tuple[dict[tuple[Any, ...], Row], list[str]]:
-    """Every series' hour ending at `end`, from Prometheus-side range functions (one value per series)."""
+    """Every series' hour ending at `end`, from Prometheus-side range functions (one value per series).
+
+    Each aggregate is asked in ROLLUP_SHARDS disjoint slices of the fleet (by `gpu`, a grouping label, so no group
+    spans two slices and together the answers are exactly those of one query), ROLLUP_IN_FLIGHT at a time:
+    Prometheus evaluates a query on one core, so several in flight use its cores while this process parses the
+    answers that came back, and each answer is small. Answers are applied in the order of the queries."""
     sel = "{" + selector + "}"
     rows: dict[tuple[Any, ...], Row] = {}
     warnings: list[str] = []
+    # Complementary matchers: together they select every series exactly once (the last one also takes the series
+    # whose `gpu` is another value, empty or absent).
+    taken = ROLLUP_SHARD_GPUS[:max(0, ROLLUP_SHARDS - 1)]
+    shards = [f'gpu=~"{values}"' for values in taken] + ([f'gpu!~"{"|".join(taken)}"'] if taken else [""])
 
-    def run(expr: str) -> list[tuple[dict[str, str], float]]:
+    def sliced(expr: str, shard: str) -> str:
+        return expr.replace("{SEL}", "{" + ",".join(p for p in (selector, shard) if p) + "}")
+
+    def run(expr: str) -> tuple[list[tuple[tuple[str, str, str, str], dict[str, str], float]], list[str]]:
         # Only the labels the join reads come back (not instance, job, pci_bus_id, …): a third of the answer's size.
         answer = client.query(f"max by ({JOIN_LABELS}) ({expr})", end)
-        warnings.extend(answer.warnings)
-        return answer.series
+        # Parsed here, in the worker, while the other queries are evaluated; label values interned so that the
+        # answers of one series share their strings.
+        out = []
+        for labels, value in answer.series:
+            labels = {k: intern(v) for k, v in labels.items()}
+            out.append((_series_key(labels), labels, value))
+        return out, answer.warnings
+
+    def run_range(expr: str) -> tuple[list[tuple[dict[str, str], list[tuple[float, float]]]], list[str]]:
+        answer = client.query_range(expr, end - HOUR, end, 60)
+        return answer.series, answer.warnings
 
     util = "DCGM_FI_DEV_GPU_UTIL"
-    queries = [("samples", f"count_over_time({ENGINE}{sel}[1h])"), ("mean", f"avg_over_time({ENGINE}{sel}[1h])"),
-               ("p95", f"quantile_over_time(0.95, {ENGINE}{sel}[1h])"), ("mem", f"max_over_time(DCGM_FI_DEV_FB_USED{sel}[1h])"),
-               ("temp", f"max_over_time(DCGM_FI_DEV_GPU_TEMP{sel}[1h])"),
-               ("energy", f"increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{sel}[1h]) / 1000")]
-    # Cards without the profiling (DCP) fields fall back to GPU_UTIL (%): asked for only when some card lacks them
-    # (an instant check of the latest samples, cheap), so a fleet with DCP reads each sample once per aggregate.
-    if run(f"count({util}{sel} unless on (UUID, GPU_I_ID, namespace, pod) {ENGINE}{sel})"):
-        queries += [("util_samples", f"count_over_time({util}{sel}[1h])"),
-                    ("util_mean", f"avg_over_time({util}{sel}[1h]) / 100"),
-                    ("util_p95", f"quantile_over_time(0.95, {util}{sel}[1h]) / 100")]
+    queries = [("samples", f"count_over_time({ENGINE}{{SEL}}[1h])"), ("mean", f"avg_over_time({ENGINE}{{SEL}}[1h])"),
+               ("p95", f"quantile_over_time(0.95, {ENGINE}{{SEL}}[1h])"),
+               ("mem", "max_over_time(DCGM_FI_DEV_FB_USED{SEL}[1h])"),
+               ("temp", "max_over_time(DCGM_FI_DEV_GPU_TEMP{SEL}[1h])"),
+               ("energy", "increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{SEL}[1h]) / 1000")]
+    util_queries = [("util_samples", f"count_over_time({util}{{SEL}}[1h])"),
+                    ("util_mean", f"avg_over_time({util}{{SEL}}[1h]) / 100"),
+                    ("util_p95", f"quantile_over_time(0.95, {util}{{SEL}}[1h]) / 100")]
     card_temp: dict[str, float] = {}
     card_energy: dict[tuple[Any, ...], float] = {}
-    # Two queries in flight (Prometheus evaluates them on its own cores); answers applied in order, one at a time.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for (name, _), series in zip(queries, pool.map(lambda q: run(q[1]), queries), strict=True):
-            for labels, value in series:
-                key = _series_key(labels)
+    xid: dict[str, set[int]] = defaultdict(set)
+    pool = ThreadPoolExecutor(max_workers=ROLLUP_IN_FLIGHT)
+    try:
+        # Cards without the profiling (DCP) fields fall back to GPU_UTIL (%): asked for only when some card lacks
+        # them (an instant check of the latest samples, cheap), so a fleet with DCP reads each sample once per
+        # aggregate. The check runs alongside the first aggregates.
+        check = pool.submit(run, f"count({util}{sel} unless on (UUID, GPU_I_ID, namespace, pod) {ENGINE}{sel})")
+        pending = [(name, pool.submit(run, sliced(expr, shard))) for name, expr in queries for shard in shards]
+        xid_pending = [pool.submit(run_range, sliced("DCGM_FI_DEV_XID_ERRORS{SEL} > 0", shard)) for shard in shards]
+        found, check_warnings = check.result()
+        warnings.extend(check_warnings)
+        if found:
+            pending += [(name, pool.submit(run, sliced(expr, shard))) for name, expr in util_queries
+                        for shard in shards]
+        for name, future in pending:
+            series, answer_warnings = future.result()
+            warnings.extend(answer_warnings)
+            for key, labels, value in series:
                 if name == "samples":
                     rows.setdefault(key, Row(labels)).samples = int(value)
                 elif name in ("mean", "p95"):
@@ -397,11 +437,14 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
                 elif name == "util_p95" and key in rows and rows[key].util_p95 is None:
                     rows[key].util_p95 = min(1.0, value)
             del series
-    xid: dict[str, set[int]] = defaultdict(set)
-    answer = client.query_range(f"DCGM_FI_DEV_XID_ERRORS{sel} > 0", end - HOUR, end, 60)
-    warnings.extend(answer.warnings)
-    for labels, points in answer.series:
-        xid[labels.get("UUID", "")].update(int(v) for _, v in points)
+        for xid_future in xid_pending:
+            points_series, answer_warnings = xid_future.result()
+            warnings.extend(answer_warnings)
+            for labels, points in points_series:
+                xid[labels.get("UUID", "")].update(int(v) for _, v in points)
+    finally:
+        # a failed read fails the rollup: the queries not started yet are not worth running
+        pool.shutdown(wait=True, cancel_futures=True)
     per_card: dict[str, list[Row]] = defaultdict(list)
     for row in rows.values():
         per_card[row.labels.get("UUID", "")].append(row)
@@ -438,38 +481,56 @@ def rollup_hour(cluster: Cluster, hour: dt.datetime, *, client: PrometheusClient
     if client is None:
         raise TelemetryError("No Prometheus configured (PORTAL_PROMETHEUS_URL)", TelemetrySource.State.UNCONFIGURED)
     start, end = hour, hour + HOUR
-    rows, warnings = _fetch_hour(client, _selector(source), end)
-    join = Join(cluster, start, end)
+    # Prometheus evaluates the hour (HTTP only in that thread and its pool) while this thread reads the units and
+    # intervals from the database.
+    with ThreadPoolExecutor(max_workers=1) as fetcher:
+        fetched = fetcher.submit(_fetch_hour, client, _selector(source), end)
+        join = Join(cluster, start, end)
+        rows, warnings = fetched.result()
     expected = 3600 / settings.PORTAL_TELEMETRY_SCRAPE_SECONDS
     resolved = [(row, *join.resolve(row.labels, start, end)) for row in rows.values()]
     offering_of = mappings({(cluster.pk, h.resource, h.node_name if h.holder_kind == "pod" else "")
                             for _, _, h in resolved if h is not None})
-    def build(row: Row, device: UnitRow | None, holder: Holding | None) -> UtilizationRollup:
+    columns = ("cluster_id", "hour", "device_id", "device_key", "unit_kind", "node_name", "gpu_uuid", "gpu_index",
+               "gpu_instance", "gpu_profile", "model", "pod_namespace", "pod_name", "interval_id", "holder_kind",
+               "holder_uid", "namespace", "holder_name", "resource", "tenant_id", "offering_id", "samples",
+               "coverage", "util_mean", "util_p95", "mem_used_mib", "energy_j", "temp_max", "xid_codes")
+
+    def build(row: Row, device: UnitRow | None, holder: Holding | None) -> tuple[Any, ...]:
+        """The row's column values, in `columns` order (plain tuples: no model instance per row)."""
         labels = row.labels
         offering_id = None
         if holder is not None:
             offering_id = offering_of.get((cluster.pk, holder.resource,
                                            holder.node_name if holder.holder_kind == "pod" else ""))
-        return UtilizationRollup(
-            cluster=cluster, hour=start, device_id=device.pk if device else None,
-            device_key=device.key if device else "", unit_kind=device.mode if device else "",
-            node_name=labels.get("Hostname", ""), gpu_uuid=labels.get("UUID", ""), gpu_index=labels.get("gpu", ""),
-            gpu_instance=labels.get("GPU_I_ID", ""), gpu_profile=labels.get("GPU_I_PROFILE", ""),
-            model=labels.get("modelName", ""), pod_namespace=labels.get("namespace", ""),
-            pod_name=labels.get("pod", ""), interval_id=holder.interval_id if holder else None,
-            holder_kind=holder.holder_kind if holder else "", holder_uid=holder.holder_uid if holder else "",
-            namespace=holder.namespace if holder else "", holder_name=holder.name if holder else "",
-            resource=holder.resource if holder else "",
-            tenant_id=join.tenants.get(holder.namespace) if holder else None, offering_id=offering_id,
-            samples=row.samples, coverage=min(1.0, row.samples / expected) if expected else 0,
-            util_mean=row.util_mean, util_p95=row.util_p95, mem_used_mib=row.mem, energy_j=row.energy,
-            temp_max=row.temp, xid_codes=sorted(row.xid))
+        return (
+            cluster.pk, start, device.pk if device else None, device.key if device else "",
+            device.mode if device else "", labels.get("Hostname", ""), labels.get("UUID", ""),
+            labels.get("gpu", ""), labels.get("GPU_I_ID", ""), labels.get("GPU_I_PROFILE", ""),
+            labels.get("modelName", ""), labels.get("namespace", ""), labels.get("pod", ""),
+            holder.interval_id if holder else None, holder.holder_kind if holder else "",
+            holder.holder_uid if holder else "", holder.namespace if holder else "", holder.name if holder else "",
+            holder.resource if holder else "", join.tenants.get(holder.namespace) if holder else None, offering_id,
+            row.samples, min(1.0, row.samples / expected) if expected else 0, row.util_mean, row.util_p95, row.mem,
+            row.energy, row.temp, sorted(row.xid))
 
-    # Model instances are built and inserted a batch at a time: memory stays flat whatever the fleet's size.
     with transaction.atomic():
         UtilizationRollup.objects.filter(cluster=cluster, hour=start).delete()
-        for first in range(0, len(resolved), 5000):
-            UtilizationRollup.objects.bulk_create([build(*item) for item in resolved[first:first + 5000]])
+        if connection.vendor == "postgresql":
+            # One COPY streams the rows (no model instance, no parameterised INSERT per batch); xid_codes as JSON.
+            meta = UtilizationRollup._meta
+            column_of = {f.attname: str(f.column) for f in meta.concrete_fields}
+            names = ", ".join(connection.ops.quote_name(column_of[c]) for c in columns)
+            with connection.cursor() as cursor, cursor.cursor.copy(
+                    f"COPY {connection.ops.quote_name(meta.db_table)} ({names}) FROM STDIN") as copy:
+                for item in resolved:
+                    values = build(*item)
+                    copy.write_row((*values[:-1], json.dumps(values[-1])))
+        else:
+            # Model instances built and inserted a batch at a time: memory stays flat whatever the fleet's size.
+            for first in range(0, len(resolved), 5000):
+                UtilizationRollup.objects.bulk_create([UtilizationRollup(**dict(zip(columns, build(*item), strict=True)))
+                                                       for item in resolved[first:first + 5000]])
     return {"hour": start.isoformat(), "series": len(rows), "rows": len(resolved), "warnings": warnings,
             "unmatched": sum(1 for _, d, _ in resolved if d is None)}
 
