@@ -14,9 +14,9 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from portal import telemetry
+from portal.telemetry import services as telemetry
 from portal.models import TelemetrySource, UtilizationRollup
-from portal.telemetry import ENGINE, HOUR, JOIN_LABELS, Join, PrometheusClient, Row, _selector, _series_key, _slices
+from portal.telemetry.services import ENGINE, HOUR, JOIN_LABELS, Join, PrometheusClient, Row, _selector, _series_key, _slices
 from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +95,7 @@ def _reference_fetch_hour(client, selector, end):
 
 
 def _reference_rollup_hour(cluster, hour, *, client, source):
-    from portal.chargeback import mappings
+    from portal.chargeback.services import mappings
 
     start, end = hour, hour + HOUR
     rows, warnings = _reference_fetch_hour(client, _selector(source), end)
