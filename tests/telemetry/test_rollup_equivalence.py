@@ -14,9 +14,19 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from portal.telemetry import services as telemetry
 from portal.models import TelemetrySource, UtilizationRollup
-from portal.telemetry.services import ENGINE, HOUR, JOIN_LABELS, Join, PrometheusClient, Row, _selector, _series_key, _slices
+from portal.telemetry import services as telemetry
+from portal.telemetry.services import (
+    ENGINE,
+    HOUR,
+    JOIN_LABELS,
+    Join,
+    PrometheusClient,
+    Row,
+    _selector,
+    _series_key,
+    _slices,
+)
 from tests.telemetry.conftest import BUSY_HOUR, IDLE_HOUR
 
 pytestmark = pytest.mark.django_db(transaction=True)
