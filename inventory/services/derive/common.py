@@ -128,6 +128,6 @@ def nvidia_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def finding_row(cluster_id: int, kind: str, severity: str, scope: str, subject: str, node: str, message: str,
-             evidence: dict[str, Any]) -> Finding:
+                evidence: dict[str, Any]) -> Finding:
     return Finding(cluster_id=cluster_id, kind=kind, severity=severity, scope=scope, subject=subject, node_name=node,
                    message=message, evidence=evidence)

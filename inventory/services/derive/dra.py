@@ -65,14 +65,31 @@ def pool_states(cluster_id: int, pools: set[PoolKey] | None) -> dict[PoolKey, Po
         stale = [r for r in rows if r["pool_generation"] != generation]
         expected = max((r["pool_slice_count"] or 0 for r in current), default=0)
         states[key] = PoolState(key[0], key[1], generation, expected, sorted(current, key=lambda r: r["name"]),
-                                 stale)
+                                stale)
     return states
 
 
+CounterKey = tuple[str, str]  # (counter set, counter)
+
+
 def dra_devices(cluster_id: int, state: PoolState, allocations: list[ClaimAllocation],
-                 nodes: dict[str, dict[str, Any]]) -> list[Device]:
-    driver, pool = state.driver, state.pool
-    counters: dict[tuple[str, str], int] = {}
+                nodes: dict[str, dict[str, Any]]) -> list[Device]:
+    counters, devices = _pool_contents(state)
+    by_device: dict[str, list[ClaimAllocation]] = defaultdict(list)
+    for allocation in allocations:
+        by_device[allocation.device].append(allocation)
+    remaining, consumers = _counters_left(counters, devices, by_device)
+    return [
+        _dra_device_row(cluster_id, state, device, node_name, by_device.get(device["name"], []), remaining, consumers,
+                        nodes)
+        for device, node_name in devices
+    ]
+
+
+def _pool_contents(state: PoolState) -> tuple[dict[CounterKey, int], list[tuple[dict[str, Any], str]]]:
+    """The shared counters and the devices (with their node) of a pool's current slices. A device name published
+    twice is an invalid pool: the first slice (by name) wins and `state.duplicates` records the others."""
+    counters: dict[CounterKey, int] = {}
     devices: list[tuple[dict[str, Any], str]] = []
     seen: set[str] = set()
     for slice_row in state.current:
@@ -89,87 +106,107 @@ def dra_devices(cluster_id: int, state: PoolState, allocations: list[ClaimAlloca
                     continue
                 seen.add(device["name"])
                 devices.append((device, str(device.get("nodeName") or slice_row["node_name"] or "")))
+    return counters, devices
 
-    by_device: dict[str, list[ClaimAllocation]] = defaultdict(list)
-    for allocation in allocations:
-        by_device[allocation.device].append(allocation)
 
-    def consumption(device: dict[str, Any]) -> list[tuple[tuple[str, str], int]]:
-        out = []
-        for consumed in device.get("consumesCounters") or []:
-            if isinstance(consumed, dict):
-                for counter, value in (consumed.get("counters") or {}).items():
-                    out.append(((str(consumed.get("counterSet")), str(counter)), quantity_int((value or {}).get("value"))))
-        return out
+def _consumption(device: dict[str, Any]) -> list[tuple[CounterKey, int]]:
+    """What the device consumes of its pool's shared counters when allocated."""
+    out = []
+    for consumed in device.get("consumesCounters") or []:
+        if isinstance(consumed, dict):
+            for counter, value in (consumed.get("counters") or {}).items():
+                out.append(((str(consumed.get("counterSet")), str(counter)), quantity_int((value or {}).get("value"))))
+    return out
 
+
+def _counters_left(
+    counters: dict[CounterKey, int], devices: list[tuple[dict[str, Any], str]],
+    by_device: dict[str, list[ClaimAllocation]],
+) -> tuple[dict[CounterKey, int], dict[CounterKey, list[str]]]:
+    """What is left of each shared counter after the allocated devices (admin access consumes nothing), and which
+    devices consume it."""
     remaining = dict(counters)
-    consumers: dict[tuple[str, str], list[str]] = defaultdict(list)
+    consumers: dict[CounterKey, list[str]] = defaultdict(list)
     for device, _node in devices:
         if any(not a.admin_access for a in by_device.get(device["name"], [])):
-            for counter_key, amount in consumption(device):
+            for counter_key, amount in _consumption(device):
                 remaining[counter_key] = remaining.get(counter_key, 0) - amount
                 consumers[counter_key].append(device["name"])
+    return remaining, consumers
 
-    rows = []
-    for device, node_name in devices:
-        name = device["name"]
-        attributes = as_dict(device.get("attributes"))
-        capacities = as_dict(device.get("capacity"))
-        holders = by_device.get(name, [])
-        ordinary = [a for a in holders if not a.admin_access]
-        holder = (ordinary or holders)[0] if (ordinary or holders) else None
-        in_use = 1 if ordinary else 0
-        taints = as_list(device.get("taints"))
-        blocking = blocking_taints(taints)
-        blocked_by = ""
-        if not in_use:
-            for counter_key, amount in consumption(device):
-                if remaining.get(counter_key, 0) < amount:
-                    blocked_by = f"counter {counter_key[0]}/{counter_key[1]} used by {', '.join(consumers[counter_key])}"
-                    break
-        shared = _shared_capacity(driver, device, ordinary)
-        room = shared.room if shared is not None else not in_use
-        device_type = str(dra_attribute(attributes, "type", driver) or "")
-        parent = str(dra_attribute(attributes, "parentUUID", driver) or "")
-        profile = str(dra_attribute(attributes, "profile", driver) or "")
-        partition = device_type == "mig" or bool(parent) or bool(device.get("consumesCounters") and profile)
-        node = nodes.get(node_name)
-        if not state.complete:
-            health, unhealthy, free = Health.UNKNOWN, 0, 0
-        elif blocking:
-            health, unhealthy, free = Health.UNHEALTHY, 1, 0
-        else:
-            health, unhealthy, free = Health.OK, 0, (1 if room and not blocked_by else 0)
-        cc = str(dra_attribute(attributes, "cudaComputeCapability", driver) or "")
-        rows.append(Device(
-            cluster_id=cluster_id, key=f"{driver}/{pool}/{name}"[:800], path=Path.DRA,
-            mode=Mode.DRA_PARTITION if partition else Mode.DRA_DEVICE,
-            unit=" ".join(x for x in (driver, device_type or "device", profile) if x)[:300],
-            node_name=node_name[:253], node_pool=node_pool(node["labels"] or {})[:253] if node else "",
-            node_schedulable=bool(node and node["ready"] and not node["unschedulable"]),
-            driver=driver[:253], pool=pool[:253], device_name=name[:253], pool_generation=state.generation,
-            pool_complete=state.complete,
-            model=re.sub(r"\s+", "-", str(dra_attribute(attributes, "productName", driver) or "").strip())[:200],
-            memory_mib=mib(capacity_value(capacities, "memory", driver)),
-            architecture=str(dra_attribute(attributes, "architecture", driver) or "")[:64],
-            compute_capability=".".join(cc.split(".")[:2])[:16],
-            driver_version=str(dra_attribute(attributes, "driverVersion", driver) or "")[:64],
-            cuda_version=str(dra_attribute(attributes, "cudaDriverVersion", driver) or "")[:32],
-            mig_profile=profile[:32], units_per_card=1, parent=parent[:300], cards=0.0 if partition else 1.0,
-            capacity=1, allocatable=0 if blocking else 1, in_use=in_use, free=free, unhealthy=unhealthy,
-            health=health, attributes=attributes, capacities=capacities,
-            consumes_counters=device.get("consumesCounters") or [], taints=taints, blocked_by=blocked_by[:300],
-            allow_multiple_allocations=device.get("allowMultipleAllocations") is True,
-            claim_uid=holder.claim_uid if holder else "", claim_namespace=holder.namespace if holder else "",
-            claim_name=holder.claim_name if holder else "", request_name=holder.request if holder else "",
-            admin_access=bool(holder and holder.admin_access), share_id=holder.share_id if holder else "",
-            reserved_for=holder.reserved_for if holder else [],
-            sharing=ordinary[0].sharing if ordinary else "", sharing_detail=ordinary[0].sharing_detail if ordinary else "",
-            holders=len({a.claim_uid for a in ordinary}),
-            consumed_capacity=shared.summary if shared is not None else {},
-            consumed_share=shared.share if shared is not None else float(in_use),
-        ))
-    return rows
+
+def _blocked_by_counters(device: dict[str, Any], remaining: dict[CounterKey, int],
+                         consumers: dict[CounterKey, list[str]]) -> str:
+    """Which shared counter leaves too little for this free device, and who uses it ("" if none)."""
+    for counter_key, amount in _consumption(device):
+        if remaining.get(counter_key, 0) < amount:
+            return f"counter {counter_key[0]}/{counter_key[1]} used by {', '.join(consumers[counter_key])}"
+    return ""
+
+
+def _dra_device_row(cluster_id: int, state: PoolState, device: dict[str, Any], node_name: str,
+                    holders: list[ClaimAllocation], remaining: dict[CounterKey, int],
+                    consumers: dict[CounterKey, list[str]], nodes: dict[str, dict[str, Any]]) -> Device:
+    driver, pool = state.driver, state.pool
+    name = device["name"]
+    attributes = as_dict(device.get("attributes"))
+    capacities = as_dict(device.get("capacity"))
+    ordinary = [a for a in holders if not a.admin_access]
+    holder = (ordinary or holders)[0] if (ordinary or holders) else None
+    in_use = 1 if ordinary else 0
+    taints = as_list(device.get("taints"))
+    blocking = blocking_taints(taints)
+    blocked_by = "" if in_use else _blocked_by_counters(device, remaining, consumers)
+    shared = _shared_capacity(driver, device, ordinary)
+    room = shared.room if shared is not None else not in_use
+    device_type = str(dra_attribute(attributes, "type", driver) or "")
+    parent = str(dra_attribute(attributes, "parentUUID", driver) or "")
+    profile = str(dra_attribute(attributes, "profile", driver) or "")
+    partition = device_type == "mig" or bool(parent) or bool(device.get("consumesCounters") and profile)
+    node = nodes.get(node_name)
+    if not state.complete:
+        health, unhealthy, free = Health.UNKNOWN, 0, 0
+    elif blocking:
+        health, unhealthy, free = Health.UNHEALTHY, 1, 0
+    else:
+        health, unhealthy, free = Health.OK, 0, (1 if room and not blocked_by else 0)
+    cc = str(dra_attribute(attributes, "cudaComputeCapability", driver) or "")
+    return Device(
+        cluster_id=cluster_id, key=f"{driver}/{pool}/{name}"[:800], path=Path.DRA,
+        mode=Mode.DRA_PARTITION if partition else Mode.DRA_DEVICE,
+        unit=" ".join(x for x in (driver, device_type or "device", profile) if x)[:300],
+        node_name=node_name[:253], node_pool=node_pool(node["labels"] or {})[:253] if node else "",
+        node_schedulable=bool(node and node["ready"] and not node["unschedulable"]),
+        driver=driver[:253], pool=pool[:253], device_name=name[:253], pool_generation=state.generation,
+        pool_complete=state.complete,
+        model=re.sub(r"\s+", "-", str(dra_attribute(attributes, "productName", driver) or "").strip())[:200],
+        memory_mib=mib(capacity_value(capacities, "memory", driver)),
+        architecture=str(dra_attribute(attributes, "architecture", driver) or "")[:64],
+        compute_capability=".".join(cc.split(".")[:2])[:16],
+        driver_version=str(dra_attribute(attributes, "driverVersion", driver) or "")[:64],
+        cuda_version=str(dra_attribute(attributes, "cudaDriverVersion", driver) or "")[:32],
+        mig_profile=profile[:32], units_per_card=1, parent=parent[:300], cards=0.0 if partition else 1.0,
+        capacity=1, allocatable=0 if blocking else 1, in_use=in_use, free=free, unhealthy=unhealthy,
+        health=health, attributes=attributes, capacities=capacities,
+        consumes_counters=device.get("consumesCounters") or [], taints=taints, blocked_by=blocked_by[:300],
+        allow_multiple_allocations=device.get("allowMultipleAllocations") is True,
+        **_holder_fields(holder, ordinary),
+        consumed_capacity=shared.summary if shared is not None else {},
+        consumed_share=shared.share if shared is not None else float(in_use),
+    )
+
+
+def _holder_fields(holder: ClaimAllocation | None, ordinary: list[ClaimAllocation]) -> dict[str, Any]:
+    """The Device fields that name the claim holding it (the first ordinary holder, else an admin-access one)."""
+    return {
+        "claim_uid": holder.claim_uid if holder else "", "claim_namespace": holder.namespace if holder else "",
+        "claim_name": holder.claim_name if holder else "", "request_name": holder.request if holder else "",
+        "admin_access": bool(holder and holder.admin_access), "share_id": holder.share_id if holder else "",
+        "reserved_for": holder.reserved_for if holder else [],
+        "sharing": ordinary[0].sharing if ordinary else "",
+        "sharing_detail": ordinary[0].sharing_detail if ordinary else "",
+        "holders": len({a.claim_uid for a in ordinary}),
+    }
 
 
 @dataclass
