@@ -102,27 +102,7 @@ def parse_requirement(text: str) -> Requirement:
                 raise RequirementError(f"{raw!r}: write a compute capability as sm_80 or sm_80+.")
             req.cc, req.cc_newer_ok = (int(cc.group(1)), int(cc.group(2)), 0), bool(cc.group(3))
         elif match:
-            key, value = match.group(1), match.group(3).strip().rstrip("+")
-            if key in {"cuda", "driver", "cc", "k8s", "kubernetes"}:
-                version = parse_version(value)
-                if version is None:
-                    raise RequirementError(f"{raw!r}: {value!r} is not a version.")
-                if key == "cuda":
-                    req.cuda = version
-                elif key == "driver":
-                    req.driver = version
-                elif key == "cc":
-                    req.cc, req.cc_newer_ok = version, True
-                else:
-                    req.kubernetes = version
-            elif key in {"memory", "mem"}:
-                req.memory_mib = _memory_mib(value)
-                if req.memory_mib is None:
-                    raise RequirementError(f"{raw!r}: write memory as 40Gi or 40GB.")
-            elif key == "arch":
-                req.architecture = value
-            else:
-                req.runtime_class = value
+            _apply_keyed_term(req, raw, match.group(1), match.group(3).strip().rstrip("+"))
         elif token in ARCHITECTURES:
             req.architecture = token
         elif token in CPU_ARCHITECTURES:
@@ -135,6 +115,30 @@ def parse_requirement(text: str) -> Requirement:
     if pending_key:
         raise RequirementError(f"{pending_key!r} needs a value, e.g. '{pending_key} 12.4'.")
     return req
+
+
+def _apply_keyed_term(req: Requirement, raw: str, key: str, value: str) -> None:
+    """Record a `<key> <value>` term (cuda, driver, cc, k8s/kubernetes, memory/mem, arch, runtimeclass)."""
+    if key in {"cuda", "driver", "cc", "k8s", "kubernetes"}:
+        version = parse_version(value)
+        if version is None:
+            raise RequirementError(f"{raw!r}: {value!r} is not a version.")
+        if key == "cuda":
+            req.cuda = version
+        elif key == "driver":
+            req.driver = version
+        elif key == "cc":
+            req.cc, req.cc_newer_ok = version, True
+        else:
+            req.kubernetes = version
+    elif key in {"memory", "mem"}:
+        req.memory_mib = _memory_mib(value)
+        if req.memory_mib is None:
+            raise RequirementError(f"{raw!r}: write memory as 40Gi or 40GB.")
+    elif key == "arch":
+        req.architecture = value
+    else:
+        req.runtime_class = value
 
 
 @dataclass
