@@ -605,15 +605,7 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
     for position, request in enumerate(requests):
         request = as_dict(request)
         request_path = join(devices_path, "requests", position)
-        name = request.get("name")
-        if isinstance(name, str):
-            if problem := dns_label_problem(name):
-                findings.append(_error(join(request_path, "name"), f"request name {show(name)} {problem}",
-                                       "invalid-name"))
-            elif name in names:
-                findings.append(_error(join(request_path, "name"), f"request name {show(name)} is used twice",
-                                       "duplicate-request-name"))
-            names.add(name)
+        findings += _check_request_name(request.get("name"), request_path, names, "request")
         exactly = request.get("exactly")
         first = as_list(request.get("firstAvailable"))
         if (exactly is not None) == bool(first):
@@ -627,27 +619,7 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
             total += count
             too_large |= count > ALLOCATION_RESULTS_MAX
         if first:
-            if len(first) > FIRST_AVAILABLE_MAX:
-                findings.append(_error(join(request_path, "firstAvailable"),
-                                       f"firstAvailable has at most {FIRST_AVAILABLE_MAX} subrequests; this one has "
-                                       f"{len(first)}", "too-many-subrequests"))
-            sub_names: set[str] = set()
-            largest = 0
-            for sub_position, sub in enumerate(first):
-                sub = as_dict(sub)
-                sub_path = join(request_path, "firstAvailable", sub_position)
-                sub_name = sub.get("name")
-                if isinstance(sub_name, str):
-                    if problem := dns_label_problem(sub_name):
-                        findings.append(_error(join(sub_path, "name"), f"subrequest name {show(sub_name)} {problem}",
-                                               "invalid-name"))
-                    elif sub_name in sub_names:
-                        findings.append(_error(join(sub_path, "name"), f"subrequest name {show(sub_name)} is used "
-                                               "twice", "duplicate-request-name"))
-                    sub_names.add(sub_name)
-                count, more = _check_device_request(sub, sub_path, namespace, context, allow_admin=False)
-                findings += more
-                largest = max(largest, count)
+            largest = _check_first_available(first, request_path, namespace, context, findings)
             total += largest
             too_large |= largest > ALLOCATION_RESULTS_MAX
     if total > ALLOCATION_RESULTS_MAX and not too_large:  # a single oversized count is reported at the count
@@ -655,7 +627,46 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
                                f"the claim asks for {total:,} devices; one claim can be allocated at most "
                                f"{ALLOCATION_RESULTS_MAX}", "claim-too-many-devices",
                                "split the devices over several claims or pods"))
-    known = request_names(spec)
+    findings += _check_request_references(devices, devices_path, request_names(spec))
+    return findings
+
+
+def _check_request_name(name: Any, path: str, seen: set[str], label: str) -> list[ValidationFinding]:
+    """A request's or subrequest's name: a DNS label, unique among its siblings (`seen` collects them)."""
+    if not isinstance(name, str):
+        return []
+    findings: list[ValidationFinding] = []
+    if problem := dns_label_problem(name):
+        findings.append(_error(join(path, "name"), f"{label} name {show(name)} {problem}", "invalid-name"))
+    elif name in seen:
+        findings.append(_error(join(path, "name"), f"{label} name {show(name)} is used twice",
+                               "duplicate-request-name"))
+    seen.add(name)
+    return findings
+
+
+def _check_first_available(first: list[Any], request_path: str, namespace: str, context: ValidationContext,
+                           findings: list[ValidationFinding]) -> int:
+    """Add the findings of a `firstAvailable` list; returns the most devices one of its subrequests asks for."""
+    if len(first) > FIRST_AVAILABLE_MAX:
+        findings.append(_error(join(request_path, "firstAvailable"),
+                               f"firstAvailable has at most {FIRST_AVAILABLE_MAX} subrequests; this one has "
+                               f"{len(first)}", "too-many-subrequests"))
+    sub_names: set[str] = set()
+    largest = 0
+    for sub_position, sub in enumerate(first):
+        sub = as_dict(sub)
+        sub_path = join(request_path, "firstAvailable", sub_position)
+        findings += _check_request_name(sub.get("name"), sub_path, sub_names, "subrequest")
+        count, more = _check_device_request(sub, sub_path, namespace, context, allow_admin=False)
+        findings += more
+        largest = max(largest, count)
+    return largest
+
+
+def _check_request_references(devices: dict[str, Any], devices_path: str, known: set[str]) -> list[ValidationFinding]:
+    """Constraints and config may only name requests of this claim."""
+    findings: list[ValidationFinding] = []
     for section in ("constraints", "config"):
         for position, entry in enumerate(as_list(devices.get(section))):
             for ref_position, ref in enumerate(as_list(as_dict(entry).get("requests"))):
