@@ -1,4 +1,4 @@
-"""Benchmark: DRA CEL selectors (catalog/cel.py) over the devices of the simulator's `large` scenario.
+"""Benchmark: DRA CEL selectors (catalog/cel/) over the devices of the simulator's `large` scenario.
 
 No database and no simulator process: the scenario is expanded in-process (`kubesim.scenario.load_scenario`) and
 every device of every ResourceSlice is taken; if there are fewer than 40,000 they are replicated (with renamed

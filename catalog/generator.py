@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,12 +107,27 @@ def parse_command(text: str) -> list[str]:
     return argv
 
 
+_Add = Callable[[str, str], None]  # records one error message for a field
+
+
 def _check(spec: WorkloadSpec) -> None:
     errors: dict[str, list[str]] = {}
 
     def add(name: str, message: str) -> None:
         errors.setdefault(name, []).append(message)
 
+    _check_offering_and_shape(spec, add)
+    _check_names(spec, add)
+    _check_count(spec, add)
+    _check_parallelism_and_topology(spec, add)
+    _check_container(spec, add)
+    _check_requirements(spec, add)
+    if errors:
+        raise GeneratorError(errors)
+
+
+def _check_offering_and_shape(spec: WorkloadSpec, add: _Add) -> None:
+    """An offering that can be ordered, and a shape that can request it (a claim for DRA, a resource otherwise)."""
     offering = spec.offering
     if offering.lifecycle not in {Lifecycle.ACTIVE, Lifecycle.DEPRECATED}:
         add("offering", f"{offering.name} is {offering.get_lifecycle_display().lower()}; pick an active offering.")
@@ -122,12 +138,19 @@ def _check(spec: WorkloadSpec) -> None:
                      "extendedResourceName, so a plain Pod/Job cannot ask for it.")
     elif not offering.is_dra and spec.shape in DRA_SHAPES:
         add("shape", "This unit is served by a device plugin: request the extended resource with a Pod or Job.")
+
+
+def _check_names(spec: WorkloadSpec, add: _Add) -> None:
     for name, value in (("namespace", spec.namespace), ("name", spec.name)):
         if not is_dns_label(value):
             add(name, "A DNS label: lowercase letters, digits and '-', at most 63 characters, starting and ending "
                       "with a letter or digit.")
     if spec.name and len(spec.name) > 52 and spec.shape.endswith("job"):
         add("name", "Job names are limited to 52 characters here (pods get a suffix).")
+
+
+def _check_count(spec: WorkloadSpec, add: _Add) -> None:
+    offering = spec.offering
     if not isinstance(spec.count, int) or not 1 <= spec.count <= MAX_COUNT:
         add("count", f"Between 1 and {MAX_COUNT} units.")
     elif offering.unit_kind in {UnitKind.TIME_SLICING, UnitKind.MPS} and spec.count != 1:
@@ -141,6 +164,9 @@ def _check(spec: WorkloadSpec) -> None:
         else:
             add("count", f"Ask for 1: {not_additive_message(offering.get_unit_kind_display().lower(), spec.count)}. "
                          "For more, choose a whole-card or MIG offering.")
+
+
+def _check_parallelism_and_topology(spec: WorkloadSpec, add: _Add) -> None:
     if not isinstance(spec.parallelism, int) or not 1 <= spec.parallelism <= 64:
         add("parallelism", "Between 1 and 64 pods.")
     if spec.topology not in TOPOLOGIES:
@@ -151,6 +177,10 @@ def _check(spec: WorkloadSpec) -> None:
     elif spec.topology == "nvlink-domain" and (not spec.shape.endswith("job") or spec.parallelism < 2):
         add("topology", "One NVLink domain keeps a Job's pods together: choose a Job shape with a parallelism of at "
                         "least 2.")
+
+
+def _check_container(spec: WorkloadSpec, add: _Add) -> None:
+    """The image reference and the CPU and memory requests."""
     if len(spec.image or "") > 255 or not _IMAGE.match(spec.image or ""):
         add("image", "Not an image reference (registry/path:tag or @sha256:digest).")
     for name, value in (("cpu", spec.cpu), ("memory", spec.memory)):
@@ -161,6 +191,10 @@ def _check(spec: WorkloadSpec) -> None:
             continue
         if amount <= 0:
             add(name, "Must be positive.")
+
+
+def _check_requirements(spec: WorkloadSpec, add: _Add) -> None:
+    """Minimum memory, architecture, CUDA version and compute capability."""
     if spec.min_memory_gib is not None and not 1 <= spec.min_memory_gib <= 4096:
         add("min_memory_gib", "Between 1 and 4096 GiB.")
     if spec.architecture and not re.fullmatch(r"[a-z][a-z-]{1,30}", spec.architecture):
@@ -169,8 +203,6 @@ def _check(spec: WorkloadSpec) -> None:
         add("cuda", "A CUDA version such as 12.4.")
     if spec.compute_capability and not re.fullmatch(r"\d{1,2}\.\d", spec.compute_capability):
         add("compute_capability", "A compute capability such as 8.0.")
-    if errors:
-        raise GeneratorError(errors)
 
 
 def _cel_string(value: str) -> str:

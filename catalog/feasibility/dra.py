@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.cel import CelError, compile_selector, match_devices
-from catalog.feasibility.snapshot import ClusterSnapshot, DeviceRecord
+from catalog.feasibility.snapshot import ClusterSnapshot, DeviceRecord, PoolKey
 from catalog.feasibility.viewer import EVERYONE, OTHER_CLAIM, Viewer
 from inventory.k8s import consumable
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity, taint_text, toleration_tolerates
@@ -640,6 +640,18 @@ def _constraint_precheck(snapshot: ClusterSnapshot, claim: ClaimSpec, claim_inde
     return failures
 
 
+@dataclass
+class _NodeMatch:
+    """What matching every request alternative against one node's usable devices found. Keys are
+    "<claim index>:<alternative name>"."""
+
+    details: list[str]  # the explanation lines, in the order the scheduler would report them
+    candidates: dict[str, list[int]] = field(default_factory=dict)  # devices the search may pick
+    matching: dict[str, list[int]] = field(default_factory=dict)  # every matching device, free or not
+    impossible: set[str] = field(default_factory=set)  # alternatives that cannot succeed on this node
+    fatal: bool = False  # a CEL runtime error on a usable device: kube-scheduler aborts the attempt
+
+
 def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_name: str,
                      budget: Budget | None = None, viewer: Viewer = EVERYONE) -> NodeAllocation:
     """Try to allocate every unallocated claim of the pod on one node; explain the failure if it does not work."""
@@ -652,76 +664,18 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
     blocked_pools = {
         record.pool_key for record in reachable if not record.usable
     }
-    details: list[str] = []
-    for pool_key in sorted(blocked_pools):
-        pool = snapshot.pools[pool_key]
-        count = sum(1 for record in reachable if record.pool_key == pool_key)
-        details.append(f"pool {pool_key[0]}/{pool_key[1]} is {pool.state}; its {count} device(s) are not used")
-    if not reachable:
-        details.append("no DRA devices are published for this node")
-
-    candidates: dict[str, list[int]] = {}
-    matching_by_key: dict[str, list[int]] = {}  # every matching device, free or not (what freeing would give)
-    impossible: set[str] = set()
+    found = _NodeMatch(details=_unusable_pool_details(snapshot, reachable, blocked_pools))
     feasible_alone = True
-    fatal = False
     for claim_index, claim in enumerate(pending):
         for request in claim.requests:
             alternatives_ok = False
             for position, alternative in enumerate(request.alternatives):
-                memo = snapshot.match_memo(alternative.selectors)
-                matching = [r for r in usable if memo.get(r.index) is True]
-                errors = [(r, memo[r.index]) for r in usable if isinstance(memo.get(r.index), str)]
-                free: list[int] = []
-                blocked: list[str] = []
-                for record in matching:
-                    why = _unavailable(snapshot, record, alternative, viewer)
-                    if why:
-                        blocked.append(f"{record.name}: {why}")
-                        holder = snapshot.allocated.get(record.id)
-                        if holder and why.startswith("allocated"):
-                            result.holders[holder] = result.holders.get(holder, 0) + 1
-                    else:
-                        free.append(record.index)
-                error_lines = [
-                    f"{record.name}: CEL runtime error: {message}"
-                    for record, message in errors
-                    if not _unavailable(snapshot, record, alternative, viewer)
-                ]
-                if position == 0:
-                    result.free_by_request.setdefault(alternative.name, len(free))
-                if error_lines:
-                    fatal = True
-                    details.extend(f"request {alternative.name}: {line}" for line in error_lines[:MAX_DEVICE_LINES])
-                if alternative.mode == "All":
-                    if blocked_pools:
-                        driver, pool_name = sorted(blocked_pools)[0]
-                        summary = (f"request {alternative.name}: asks for all devices, but resource pool "
-                                   f"{driver}/{pool_name} is currently being updated")
-                        enough = False
-                    else:
-                        enough = bool(matching) and not blocked
-                        summary = (f"request {alternative.name}: allocationMode All, {len(matching)} device(s) match "
-                                   f"the selectors, {len(matching) - len(free)} of them unavailable")
-                    candidates[f"{claim_index}:{alternative.name}"] = [r.index for r in matching]
-                    if not enough:
-                        impossible.add(f"{claim_index}:{alternative.name}")
-                else:
-                    enough = len(free) >= alternative.count
-                    summary = (f"request {alternative.name}: {alternative.needed} needed, {len(matching)} match the "
-                               f"selectors, {len(free)} free")
-                    candidates[f"{claim_index}:{alternative.name}"] = free
-                matching_by_key[f"{claim_index}:{alternative.name}"] = [r.index for r in matching]
-                if not matching:
-                    summary += f" (class {alternative.class_name}; {len(usable)} usable device(s) checked)"
-                if not enough:
-                    details.append(summary)
-                    details.extend(f"  {line}" for line in blocked[:MAX_DEVICE_LINES])
-                    if len(blocked) > MAX_DEVICE_LINES:
-                        details.append(f"  … {len(blocked) - MAX_DEVICE_LINES} more unavailable")
+                enough = _match_alternative(snapshot, usable, blocked_pools, claim_index, alternative,
+                                            first=position == 0, viewer=viewer, result=result, found=found)
                 alternatives_ok = alternatives_ok or enough
             feasible_alone = feasible_alone and alternatives_ok
-    if fatal:
+    details = found.details
+    if found.fatal:
         result.ok = False
         result.details = [*details, "kube-scheduler aborts the scheduling attempt on a CEL runtime error"]
         return result
@@ -730,16 +684,102 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
         result.details = details
         return result
     constraint_failures = [line for index, claim in enumerate(pending)
-                           for line in _constraint_precheck(snapshot, claim, index, candidates, matching_by_key,
+                           for line in _constraint_precheck(snapshot, claim, index, found.candidates, found.matching,
                                                             result)]
     if constraint_failures:
         result.ok = False
         result.details = [*details, *constraint_failures]
         return result
+    return _search_on_node(snapshot, pending, usable, found, budget, result)
 
+
+def _unusable_pool_details(snapshot: ClusterSnapshot, reachable: list[DeviceRecord],
+                           blocked_pools: set[PoolKey]) -> list[str]:
+    """Lines for the pools whose devices cannot be used (incomplete or being updated), or for a node without any."""
+    details: list[str] = []
+    for pool_key in sorted(blocked_pools):
+        pool = snapshot.pools[pool_key]
+        count = sum(1 for record in reachable if record.pool_key == pool_key)
+        details.append(f"pool {pool_key[0]}/{pool_key[1]} is {pool.state}; its {count} device(s) are not used")
+    if not reachable:
+        details.append("no DRA devices are published for this node")
+    return details
+
+
+def _free_and_blocked(snapshot: ClusterSnapshot, matching: list[DeviceRecord], alternative: ExactRequest,
+                      viewer: Viewer, result: NodeAllocation) -> tuple[list[int], list[str]]:
+    """The matching devices the alternative could take, and why each other one is unavailable (counting the claims
+    holding them in `result.holders`)."""
+    free: list[int] = []
+    blocked: list[str] = []
+    for record in matching:
+        why = _unavailable(snapshot, record, alternative, viewer)
+        if why:
+            blocked.append(f"{record.name}: {why}")
+            holder = snapshot.allocated.get(record.id)
+            if holder and why.startswith("allocated"):
+                result.holders[holder] = result.holders.get(holder, 0) + 1
+        else:
+            free.append(record.index)
+    return free, blocked
+
+
+def _match_alternative(snapshot: ClusterSnapshot, usable: list[DeviceRecord], blocked_pools: set[PoolKey],
+                       claim_index: int, alternative: ExactRequest, *, first: bool, viewer: Viewer,
+                       result: NodeAllocation, found: _NodeMatch) -> bool:
+    """Match one request alternative against the node's usable devices, recording its candidates and explanation in
+    `found`; True if the node has enough devices for it on its own."""
+    key = f"{claim_index}:{alternative.name}"
+    memo = snapshot.match_memo(alternative.selectors)
+    matching = [r for r in usable if memo.get(r.index) is True]
+    errors = [(r, memo[r.index]) for r in usable if isinstance(memo.get(r.index), str)]
+    free, blocked = _free_and_blocked(snapshot, matching, alternative, viewer, result)
+    error_lines = [
+        f"{record.name}: CEL runtime error: {message}"
+        for record, message in errors
+        if not _unavailable(snapshot, record, alternative, viewer)
+    ]
+    if first:
+        result.free_by_request.setdefault(alternative.name, len(free))
+    if error_lines:
+        found.fatal = True
+        found.details.extend(f"request {alternative.name}: {line}" for line in error_lines[:MAX_DEVICE_LINES])
+    if alternative.mode == "All":
+        if blocked_pools:
+            driver, pool_name = sorted(blocked_pools)[0]
+            summary = (f"request {alternative.name}: asks for all devices, but resource pool "
+                       f"{driver}/{pool_name} is currently being updated")
+            enough = False
+        else:
+            enough = bool(matching) and not blocked
+            summary = (f"request {alternative.name}: allocationMode All, {len(matching)} device(s) match "
+                       f"the selectors, {len(matching) - len(free)} of them unavailable")
+        found.candidates[key] = [r.index for r in matching]
+        if not enough:
+            found.impossible.add(key)
+    else:
+        enough = len(free) >= alternative.count
+        summary = (f"request {alternative.name}: {alternative.needed} needed, {len(matching)} match the "
+                   f"selectors, {len(free)} free")
+        found.candidates[key] = free
+    found.matching[key] = [r.index for r in matching]
+    if not matching:
+        summary += f" (class {alternative.class_name}; {len(usable)} usable device(s) checked)"
+    if not enough:
+        found.details.append(summary)
+        found.details.extend(f"  {line}" for line in blocked[:MAX_DEVICE_LINES])
+        if len(blocked) > MAX_DEVICE_LINES:
+            found.details.append(f"  … {len(blocked) - MAX_DEVICE_LINES} more unavailable")
+    return enough
+
+
+def _search_on_node(snapshot: ClusterSnapshot, pending: list[ClaimSpec], usable: list[DeviceRecord],
+                    found: _NodeMatch, budget: Budget | None, result: NodeAllocation) -> NodeAllocation:
+    """Every request can be met on its own: search for a combination that meets them all, within the budget."""
+    details, candidates = found.details, found.candidates
     budget = budget or Budget()
     limit = max(min(SEARCH_BUDGET, budget.remaining), 0)
-    search = _Search(snapshot, pending, usable, candidates, impossible, limit)
+    search = _Search(snapshot, pending, usable, candidates, found.impossible, limit)
     solved = search.run()
     budget.remaining -= search.steps
     if solved:
@@ -750,18 +790,24 @@ def allocate_on_node(snapshot: ClusterSnapshot, claims: list[ClaimSpec], node_na
         budget.exhausted_nodes += 1
         details.append(f"search abandoned after {search.steps:,} steps without a solution (undecided)")
     else:
-        kinds = sorted({f"{c.kind} {c.attribute}" for claim in pending for c in claim.constraints})
-        counters = any(snapshot.devices[i].consumes for ids in candidates.values() for i in ids)
-        shared = any(snapshot.devices[i].allow_multiple for ids in candidates.values() for i in ids)
-        causes = ["distinct devices across requests"] if sum(len(c.requests) for c in pending) > 1 else []
-        causes += [f"constraint {k}" for k in kinds]
-        if counters:
-            causes.append("shared counters of the devices picked together")
-        if shared:
-            causes.append("consumable capacity of the shared devices picked together")
-        details.append(
-            "enough devices match each request on its own, but no combination satisfies all requests together"
-            + (f" ({'; '.join(causes)})" if causes else "")
-        )
+        details.append(_no_combination_detail(snapshot, pending, candidates))
     result.details = details
     return result
+
+
+def _no_combination_detail(snapshot: ClusterSnapshot, pending: list[ClaimSpec],
+                           candidates: dict[str, list[int]]) -> str:
+    """Why the search found no combination although each request fits alone: what ties the requests together."""
+    kinds = sorted({f"{c.kind} {c.attribute}" for claim in pending for c in claim.constraints})
+    counters = any(snapshot.devices[i].consumes for ids in candidates.values() for i in ids)
+    shared = any(snapshot.devices[i].allow_multiple for ids in candidates.values() for i in ids)
+    causes = ["distinct devices across requests"] if sum(len(c.requests) for c in pending) > 1 else []
+    causes += [f"constraint {k}" for k in kinds]
+    if counters:
+        causes.append("shared counters of the devices picked together")
+    if shared:
+        causes.append("consumable capacity of the shared devices picked together")
+    return (
+        "enough devices match each request on its own, but no combination satisfies all requests together"
+        + (f" ({'; '.join(causes)})" if causes else "")
+    )

@@ -102,27 +102,7 @@ def parse_requirement(text: str) -> Requirement:
                 raise RequirementError(f"{raw!r}: write a compute capability as sm_80 or sm_80+.")
             req.cc, req.cc_newer_ok = (int(cc.group(1)), int(cc.group(2)), 0), bool(cc.group(3))
         elif match:
-            key, value = match.group(1), match.group(3).strip().rstrip("+")
-            if key in {"cuda", "driver", "cc", "k8s", "kubernetes"}:
-                version = parse_version(value)
-                if version is None:
-                    raise RequirementError(f"{raw!r}: {value!r} is not a version.")
-                if key == "cuda":
-                    req.cuda = version
-                elif key == "driver":
-                    req.driver = version
-                elif key == "cc":
-                    req.cc, req.cc_newer_ok = version, True
-                else:
-                    req.kubernetes = version
-            elif key in {"memory", "mem"}:
-                req.memory_mib = _memory_mib(value)
-                if req.memory_mib is None:
-                    raise RequirementError(f"{raw!r}: write memory as 40Gi or 40GB.")
-            elif key == "arch":
-                req.architecture = value
-            else:
-                req.runtime_class = value
+            _apply_keyed_term(req, raw, match.group(1), match.group(3).strip().rstrip("+"))
         elif token in ARCHITECTURES:
             req.architecture = token
         elif token in CPU_ARCHITECTURES:
@@ -137,6 +117,30 @@ def parse_requirement(text: str) -> Requirement:
     return req
 
 
+def _apply_keyed_term(req: Requirement, raw: str, key: str, value: str) -> None:
+    """Record a `<key> <value>` term (cuda, driver, cc, k8s/kubernetes, memory/mem, arch, runtimeclass)."""
+    if key in {"cuda", "driver", "cc", "k8s", "kubernetes"}:
+        version = parse_version(value)
+        if version is None:
+            raise RequirementError(f"{raw!r}: {value!r} is not a version.")
+        if key == "cuda":
+            req.cuda = version
+        elif key == "driver":
+            req.driver = version
+        elif key == "cc":
+            req.cc, req.cc_newer_ok = version, True
+        else:
+            req.kubernetes = version
+    elif key in {"memory", "mem"}:
+        req.memory_mib = _memory_mib(value)
+        if req.memory_mib is None:
+            raise RequirementError(f"{raw!r}: write memory as 40Gi or 40GB.")
+    elif key == "arch":
+        req.architecture = value
+    else:
+        req.runtime_class = value
+
+
 @dataclass
 class Verdict:
     offering: Offering
@@ -148,71 +152,109 @@ class Verdict:
 def offering_check(offering: Offering, req: Requirement) -> Verdict:
     bad: list[str] = []
     ok: list[str] = []
-    if req.cuda:
-        need = format_version(req.cuda)
-        if not offering.cuda_max:
-            bad.append(f"does not declare the CUDA versions its driver supports (needs ≥ {need})")
-        elif not in_range(req.cuda, "", offering.cuda_max) or (
-            (top := parse_version(offering.cuda_max)) is not None and top[:2] < req.cuda[:2]
-        ):
-            bad.append(f"driver supports CUDA up to {offering.cuda_max}, the image needs {need}")
-        else:
-            ok.append(f"CUDA {need} ≤ {offering.cuda_max}")
-    if req.cc:
-        need = format_version(req.cc)
-        have = parse_version(offering.compute_capability) if offering.compute_capability else None
-        if have is None:
-            bad.append(f"does not declare its compute capability (needs {need}{'+' if req.cc_newer_ok else ''})")
-        elif req.cc_newer_ok and have[:2] < req.cc[:2]:
-            bad.append(f"compute capability {offering.compute_capability} is below {need}")
-        elif not req.cc_newer_ok and (have[0] != req.cc[0] or have[1] < req.cc[1]):
-            bad.append(f"compute capability {offering.compute_capability} cannot run sm_{req.cc[0]}{req.cc[1]} "
-                       f"cubins (needs {req.cc[0]}.{req.cc[1]} to {req.cc[0]}.x; add '+' to accept PTX on newer GPUs)")
-        else:
-            ok.append(f"compute capability {offering.compute_capability}")
-    if req.driver:
-        need = format_version(req.driver, 3)
-        have = parse_version(offering.driver_min) if offering.driver_min else None
-        if have is None:
-            bad.append(f"does not declare a minimum driver version (needs ≥ {need})")
-        elif have < req.driver:
-            bad.append(f"drivers from {offering.driver_min} may be older than {need}")
-        else:
-            ok.append(f"driver ≥ {offering.driver_min}")
-    if req.architecture:
-        architecture = offering.architecture.lower()
-        if not architecture:
-            bad.append(f"does not declare its GPU architecture (needs {req.architecture})")
-        elif architecture.replace("-lovelace", "") != req.architecture.replace("-lovelace", ""):
-            bad.append(f"architecture {offering.architecture}, not {req.architecture}")
-        else:
-            ok.append(f"architecture {offering.architecture}")
-    if req.cpu_architecture:
-        archs = [str(a).lower() for a in offering.cpu_architectures or []]
-        if not archs:
-            bad.append(f"does not declare its nodes' CPU architecture (needs {req.cpu_architecture})")
-        elif req.cpu_architecture not in archs:
-            bad.append(f"nodes are {', '.join(archs)}, not {req.cpu_architecture}")
-        else:
-            ok.append(f"CPU {req.cpu_architecture}")
-    if req.memory_mib:
-        if offering.memory_mib is None:
-            bad.append("does not declare the memory of a unit")
-        elif offering.memory_mib < req.memory_mib:
-            bad.append(f"a unit has {offering.memory_mib // 1024} GiB, less than {req.memory_mib // 1024} GiB"
-                       + (" (time-slice replicas share the card's memory)" if offering.unit_kind == "time-slicing"
-                          else ""))
-        else:
-            ok.append(f"{offering.memory_mib // 1024} GiB per unit")
-    if req.kubernetes:
-        if not in_range(req.kubernetes, offering.kubernetes_min, offering.kubernetes_max):
-            bad.append(f"supports Kubernetes {offering.kubernetes_min or 'any'} to {offering.kubernetes_max or 'any'}, "
-                       f"not {format_version(req.kubernetes)}")
-        else:
-            ok.append(f"Kubernetes {format_version(req.kubernetes)}")
+    _check_cuda(offering, req, bad, ok)
+    _check_compute_capability(offering, req, bad, ok)
+    _check_driver(offering, req, bad, ok)
+    _check_architecture(offering, req, bad, ok)
+    _check_cpu_architecture(offering, req, bad, ok)
+    _check_memory(offering, req, bad, ok)
+    _check_kubernetes(offering, req, bad, ok)
     if req.runtime_class and offering.runtime_class and offering.runtime_class != req.runtime_class:
         bad.append(f"requires runtime class {offering.runtime_class}, not {req.runtime_class}")
     return Verdict(offering, not bad, bad, ok)
+
+
+# Each check adds to `bad` why the offering fails one term of the requirement, or to `ok` what it satisfies.
+
+
+def _check_cuda(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.cuda:
+        return
+    need = format_version(req.cuda)
+    if not offering.cuda_max:
+        bad.append(f"does not declare the CUDA versions its driver supports (needs ≥ {need})")
+    elif not in_range(req.cuda, "", offering.cuda_max) or (
+        (top := parse_version(offering.cuda_max)) is not None and top[:2] < req.cuda[:2]
+    ):
+        bad.append(f"driver supports CUDA up to {offering.cuda_max}, the image needs {need}")
+    else:
+        ok.append(f"CUDA {need} ≤ {offering.cuda_max}")
+
+
+def _check_compute_capability(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.cc:
+        return
+    need = format_version(req.cc)
+    have = parse_version(offering.compute_capability) if offering.compute_capability else None
+    if have is None:
+        bad.append(f"does not declare its compute capability (needs {need}{'+' if req.cc_newer_ok else ''})")
+    elif req.cc_newer_ok and have[:2] < req.cc[:2]:
+        bad.append(f"compute capability {offering.compute_capability} is below {need}")
+    elif not req.cc_newer_ok and (have[0] != req.cc[0] or have[1] < req.cc[1]):
+        bad.append(f"compute capability {offering.compute_capability} cannot run sm_{req.cc[0]}{req.cc[1]} "
+                   f"cubins (needs {req.cc[0]}.{req.cc[1]} to {req.cc[0]}.x; add '+' to accept PTX on newer GPUs)")
+    else:
+        ok.append(f"compute capability {offering.compute_capability}")
+
+
+def _check_driver(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.driver:
+        return
+    need = format_version(req.driver, 3)
+    have = parse_version(offering.driver_min) if offering.driver_min else None
+    if have is None:
+        bad.append(f"does not declare a minimum driver version (needs ≥ {need})")
+    elif have < req.driver:
+        bad.append(f"drivers from {offering.driver_min} may be older than {need}")
+    else:
+        ok.append(f"driver ≥ {offering.driver_min}")
+
+
+def _check_architecture(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.architecture:
+        return
+    architecture = offering.architecture.lower()
+    if not architecture:
+        bad.append(f"does not declare its GPU architecture (needs {req.architecture})")
+    elif architecture.replace("-lovelace", "") != req.architecture.replace("-lovelace", ""):
+        bad.append(f"architecture {offering.architecture}, not {req.architecture}")
+    else:
+        ok.append(f"architecture {offering.architecture}")
+
+
+def _check_cpu_architecture(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.cpu_architecture:
+        return
+    archs = [str(a).lower() for a in offering.cpu_architectures or []]
+    if not archs:
+        bad.append(f"does not declare its nodes' CPU architecture (needs {req.cpu_architecture})")
+    elif req.cpu_architecture not in archs:
+        bad.append(f"nodes are {', '.join(archs)}, not {req.cpu_architecture}")
+    else:
+        ok.append(f"CPU {req.cpu_architecture}")
+
+
+def _check_memory(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.memory_mib:
+        return
+    if offering.memory_mib is None:
+        bad.append("does not declare the memory of a unit")
+    elif offering.memory_mib < req.memory_mib:
+        bad.append(f"a unit has {offering.memory_mib // 1024} GiB, less than {req.memory_mib // 1024} GiB"
+                   + (" (time-slice replicas share the card's memory)" if offering.unit_kind == "time-slicing"
+                      else ""))
+    else:
+        ok.append(f"{offering.memory_mib // 1024} GiB per unit")
+
+
+def _check_kubernetes(offering: Offering, req: Requirement, bad: list[str], ok: list[str]) -> None:
+    if not req.kubernetes:
+        return
+    if not in_range(req.kubernetes, offering.kubernetes_min, offering.kubernetes_max):
+        bad.append(f"supports Kubernetes {offering.kubernetes_min or 'any'} to {offering.kubernetes_max or 'any'}, "
+                   f"not {format_version(req.kubernetes)}")
+    else:
+        ok.append(f"Kubernetes {format_version(req.kubernetes)}")
 
 
 def offerings_check(offerings: Iterable[Offering], text: str) -> tuple[Requirement, list[Verdict]]:

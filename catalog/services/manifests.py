@@ -24,7 +24,13 @@ from django.conf import settings
 from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snapshot_for_cluster
 from catalog.feasibility.gang import GangExplanation, GangPod, explain_gang, gang_pods
 from catalog.feasibility.viewer import EVERYONE, Viewer
-from catalog.validation import Finding, ValidationContext, ValidationReport, context_for_cluster, validate_manifest
+from catalog.validation import (
+    ValidationContext,
+    ValidationFinding,
+    ValidationReport,
+    context_for_cluster,
+    validate_manifest,
+)
 from core.types import RequestUser
 from inventory.errors import ClusterError
 from inventory.models import Cluster
@@ -33,8 +39,8 @@ from inventory.scoping import scope_for, targets_for
 from inventory.services.clients import client_for
 
 logger = logging.getLogger(__name__)
-FeasibilityCheck = Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]]
-GangCheck = Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]]
+FeasibilityCheck = Callable[[dict[str, Any], list[dict[str, Any]]], list[ValidationFinding]]
+GangCheck = Callable[[dict[str, Any], int, list[dict[str, Any]]], list[ValidationFinding]]
 
 _snapshots: dict[int, tuple[float, ClusterSnapshot]] = {}
 _contexts: dict[int, tuple[float, ValidationContext]] = {}
@@ -105,18 +111,18 @@ def snapshot_forget(cluster_id: int | None = None) -> None:
             _contexts.pop(cluster_id, None)
 
 
-def explanation_findings(explanation: Explanation) -> list[Finding]:
+def explanation_findings(explanation: Explanation) -> list[ValidationFinding]:
     """An explanation as validator findings: an error with the scheduler-style summary, per-node detail as info."""
     if explanation.schedulable:
-        findings = [Finding(layer="feasibility", severity="info", path="", code="fits",
+        findings = [ValidationFinding(layer="feasibility", severity="info", path="", code="fits",
                             message=explanation.message)]
     else:
         # The most actionable hint is the fix: what would fit (a toleration, a smaller count), else the first.
         fix = next((h for h in explanation.hints if "would fit" in h or "largest" in h),
                    explanation.hints[0] if explanation.hints else "")
-        findings = [Finding(layer="feasibility", severity="error", path="", code="unschedulable",
+        findings = [ValidationFinding(layer="feasibility", severity="error", path="", code="unschedulable",
                             message=explanation.message, fix=fix)]
-    findings += [Finding(layer="feasibility", severity="info", path="", code="hint", message=h)
+    findings += [ValidationFinding(layer="feasibility", severity="info", path="", code="hint", message=h)
                  for h in explanation.hints if h != findings[0].fix]
     return findings[:MAX_FINDINGS_PER_POD]
 
@@ -129,25 +135,25 @@ def _split_claims(claims: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 def snapshot_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
                          viewer: Viewer = EVERYONE) -> FeasibilityCheck:
     """The validator's feasibility layer over a snapshot (or a function returning the current one)."""
-    def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
+    def run(pod: dict[str, Any], claims: list[dict[str, Any]]) -> list[ValidationFinding]:
         current = snapshot() if callable(snapshot) else snapshot
         return explanation_findings(explain_pod(pod, current, viewer=viewer, **_split_claims(claims)))
 
     return run
 
 
-def gang_findings(gang: GangExplanation) -> list[Finding]:
+def gang_findings(gang: GangExplanation) -> list[ValidationFinding]:
     """A gang explanation as validator findings. A gang none of whose pods fits adds nothing: the pod's own
     explanation already says why."""
     if not gang.placements:
         return []
     if gang.schedulable:
-        return [Finding(layer="feasibility", severity="info", path="", code="gang-fits",
+        return [ValidationFinding(layer="feasibility", severity="info", path="", code="gang-fits",
                         message=f"gang of {gang.total_pods} pods: {gang.message}")]
     largest = next((h for h in gang.hints if h.startswith("largest gang")), "")
-    findings = [Finding(layer="feasibility", severity="error", path="", code="gang-unschedulable",
+    findings = [ValidationFinding(layer="feasibility", severity="error", path="", code="gang-unschedulable",
                         message=gang.message, fix=largest)]
-    findings += [Finding(layer="feasibility", severity="info", path="", code="hint", message=h)
+    findings += [ValidationFinding(layer="feasibility", severity="info", path="", code="hint", message=h)
                  for h in gang.hints if h != largest]
     return findings[:MAX_FINDINGS_PER_POD]
 
@@ -155,7 +161,7 @@ def gang_findings(gang: GangExplanation) -> list[Finding]:
 def snapshot_gang_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
                               viewer: Viewer = EVERYONE) -> GangCheck:
     """The validator's gang check (a Job's `parallelism` pods placed at once) over a snapshot."""
-    def run(pod: dict[str, Any], count: int, claims: list[dict[str, Any]]) -> list[Finding]:
+    def run(pod: dict[str, Any], count: int, claims: list[dict[str, Any]]) -> list[ValidationFinding]:
         current = snapshot() if callable(snapshot) else snapshot
         pods, _, _, _ = gang_pods([pod], replicas=count)
         split = _split_claims(claims)
@@ -174,12 +180,12 @@ def viewer_for(user: RequestUser | None, cluster: Cluster) -> Viewer:
 
 
 def _dry_run(cluster: Cluster) -> Any:
-    def run(documents: list[dict[str, Any]]) -> list[Finding]:
-        findings: list[Finding] = []
+    def run(documents: list[dict[str, Any]]) -> list[ValidationFinding]:
+        findings: list[ValidationFinding] = []
         try:
             client = client_for(cluster)
         except ClusterError as exc:
-            return [Finding(layer="dry-run", severity="warning", path="", code="dry-run-unavailable",
+            return [ValidationFinding(layer="dry-run", severity="warning", path="", code="dry-run-unavailable",
                             message=f"The dry run could not reach {cluster.name}: {exc}")]
         try:
             for index, document in enumerate(documents):
@@ -187,22 +193,22 @@ def _dry_run(cluster: Cluster) -> Any:
                 try:
                     result = client.create_dry_run(document)
                 except ClusterError as exc:
-                    findings.append(Finding(layer="dry-run", severity="warning", path=path,
+                    findings.append(ValidationFinding(layer="dry-run", severity="warning", path=path,
                                             code="dry-run-unavailable", message=str(exc)[:500]))
                     continue
                 if result.accepted:
-                    findings.append(Finding(layer="dry-run", severity="info", path=path, code="dry-run-accepted",
+                    findings.append(ValidationFinding(layer="dry-run", severity="info", path=path, code="dry-run-accepted",
                                             message=f"{cluster.name} accepted {document.get('kind')} (dry run; "
                                                     "nothing was created)."))
-                    findings += [Finding(layer="dry-run", severity="warning", path=path, code="dry-run-warning",
+                    findings += [ValidationFinding(layer="dry-run", severity="warning", path=path, code="dry-run-warning",
                                          message=w) for w in result.warnings]
                 elif result.status == 404 and result.reason == "NotFound" and "requested resource" in result.message:
-                    findings.append(Finding(layer="dry-run", severity="warning", path=path,
+                    findings.append(ValidationFinding(layer="dry-run", severity="warning", path=path,
                                             code="dry-run-kind-not-served",
                                             message=f"{cluster.name} does not serve {document.get('apiVersion')} "
                                                     f"{document.get('kind')}; not dry-run."))
                 else:
-                    findings.append(Finding(layer="dry-run", severity="error", path=path, code="dry-run-refused",
+                    findings.append(ValidationFinding(layer="dry-run", severity="error", path=path, code="dry-run-refused",
                                             message=f"{cluster.name} refused it: {result.message}",
                                             fix="; ".join(result.causes)[:500]))
         finally:

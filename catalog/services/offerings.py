@@ -39,6 +39,18 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
     """Field errors of an offering's editable fields (empty: valid). Never writes."""
     errors: dict[str, list[str]] = {}
     kind = data.get("unit_kind")
+    _check_identity(errors, data, kind, instance)
+    _check_request_path(errors, data, kind)
+    _check_placement(errors, data)
+    _check_lists(errors, data)
+    _check_version_ranges(errors, data)
+    _check_device_facts(errors, data)
+    _check_sharing(errors, data, kind)
+    return errors
+
+
+def _check_identity(errors: dict[str, list[str]], data: dict[str, Any], kind: Any, instance: Offering | None) -> None:
+    """The unit kind, the name and a unique slug."""
     if kind not in UnitKind.values:
         _add(errors, "unit_kind", f"Choose one of: {', '.join(UnitKind.values)}.")
     if not str(data.get("name") or "").strip():
@@ -48,6 +60,10 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         _add(errors, "slug", "Use 1-80 lowercase letters, digits and hyphens.")
     elif Offering.objects.filter(slug=slug).exclude(pk__in=[instance.pk] if instance is not None else []).exists():
         _add(errors, "slug", f"An offering with slug {slug!r} already exists.")
+
+
+def _check_request_path(errors: dict[str, list[str]], data: dict[str, Any], kind: Any) -> None:
+    """How a workload asks for the unit: a DeviceClass (and a CEL selector) for DRA, an extended resource otherwise."""
     resource = str(data.get("resource_name") or "")
     device_class = str(data.get("device_class_name") or "")
     if kind in DRA_KINDS:
@@ -69,6 +85,10 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
             cel.compile_selector(expression)
         except cel.CelError as exc:
             _add(errors, "cel_selector", str(exc))
+
+
+def _check_placement(errors: dict[str, list[str]], data: dict[str, Any]) -> None:
+    """The node selector and the tolerations added to every workload."""
     selector = data.get("node_selector")
     if not isinstance(selector, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in
                                                  selector.items()):
@@ -83,11 +103,19 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
                                             "NoSchedule|PreferNoSchedule|NoExecute.")
             elif t.get("operator") == "Exists" and t.get("value"):
                 _add(errors, "tolerations", "A toleration with operator Exists takes no value.")
+
+
+def _check_lists(errors: dict[str, list[str]], data: dict[str, Any]) -> None:
+    """The request sizes and the CPU architectures."""
     sizes = data.get("request_sizes")
     if not isinstance(sizes, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         _add(errors, "request_sizes", "A list of positive integers, e.g. [1, 2, 4, 8].")
     if isinstance(data.get("cpu_architectures"), list) is False:
         _add(errors, "cpu_architectures", "A list, e.g. ['amd64'].")
+
+
+def _check_version_ranges(errors: dict[str, list[str]], data: dict[str, Any]) -> None:
+    """Driver, CUDA and Kubernetes bounds: each a version, the lower not above the upper."""
     for low, high in (("driver_min", "driver_max"), ("cuda_min", "cuda_max"), ("kubernetes_min", "kubernetes_max")):
         lo, hi = str(data.get(low) or ""), str(data.get(high) or "")
         for name, value in ((low, lo), (high, hi)):
@@ -96,6 +124,10 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         lower, upper = parse_version(lo), parse_version(hi)
         if lower is not None and upper is not None and lower > upper:
             _add(errors, high, f"The upper bound {hi} is below the lower bound {lo}.")
+
+
+def _check_device_facts(errors: dict[str, list[str]], data: dict[str, Any]) -> None:
+    """Compute capability, memory and units per card."""
     cc = str(data.get("compute_capability") or "")
     if cc and not re.fullmatch(r"\d{1,2}\.\d{1,2}", cc):
         _add(errors, "compute_capability", "A compute capability like 8.0 or 9.0.")
@@ -105,6 +137,10 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
     per_card = data.get("units_per_card")
     if not isinstance(per_card, int) or per_card < 1:
         _add(errors, "units_per_card", "At least 1.")
+
+
+def _check_sharing(errors: dict[str, list[str]], data: dict[str, Any], kind: Any) -> None:
+    """The time-slicing switch and the isolation, which must agree with the sharing the DeviceClass declares."""
     strict = data.get("fail_requests_greater_than_one")
     if not isinstance(strict, bool):
         _add(errors, "fail_requests_greater_than_one", "true or false.")
@@ -112,6 +148,7 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         _add(errors, "fail_requests_greater_than_one", "A time-slicing setting of the device plugin; MPS pools always "
                                                       "refuse more than one share per container, other units are not "
                                                       "shared.")
+    device_class = str(data.get("device_class_name") or "")
     if data.get("isolation") and data["isolation"] not in Isolation.values:
         _add(errors, "isolation", f"Choose one of: {', '.join(Isolation.values)}.")
     elif kind in DRA_KINDS and device_class:
@@ -120,7 +157,6 @@ def offering_validate(data: dict[str, Any], *, instance: Offering | None = None)
         problem = isolation_problem(device_class, str(data.get("isolation") or DEFAULT_ISOLATION[UnitKind(kind)]))
         if problem:
             _add(errors, "isolation", problem)
-    return errors
 
 
 def _defaults(data: dict[str, Any]) -> dict[str, Any]:

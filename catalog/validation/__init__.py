@@ -6,7 +6,7 @@ the path in the manifest, a message, a fix and a stable code. Validation never c
 
 from catalog.validation.context import ValidationContext, context_for_cluster, context_from_objects
 from catalog.validation.engine import validate_documents, validate_manifest
-from catalog.validation.findings import LAYERS, SEVERITIES, Finding, ValidationReport, format_text
+from catalog.validation.findings import LAYERS, SEVERITIES, ValidationFinding, ValidationReport, format_text
 from catalog.validation.parse import MAX_BYTES, MAX_DEPTH, MAX_DOCUMENTS, parse_manifest
 
 __all__ = [
@@ -15,8 +15,8 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_DOCUMENTS",
     "SEVERITIES",
-    "Finding",
     "ValidationContext",
+    "ValidationFinding",
     "ValidationReport",
     "context_for_cluster",
     "context_from_objects",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
-from catalog.validation.findings import Finding
+from catalog.validation.findings import ValidationFinding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL
 from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match, limit_range_defaults
 from inventory.k8s.semantics import quantity_or_none as quantity
@@ -47,10 +47,10 @@ class ValidationContext:
     # namespace → the Container (default, defaultRequest) pairs of its LimitRanges (semantics.limit_range_defaults)
     limit_ranges: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] | None = None
     admin_access_namespaces: frozenset[str] | None = None
-    feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]] | None = None
+    feasibility: Callable[[dict[str, Any], list[dict[str, Any]]], list[ValidationFinding]] | None = None
     # (pod, pods that run at once, claims): can a Job's `parallelism` pods all be placed at the same time?
-    gang_feasibility: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]] | None = None
-    dry_run: Callable[[list[dict[str, Any]]], list[Finding]] | None = None
+    gang_feasibility: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[ValidationFinding]] | None = None
+    dry_run: Callable[[list[dict[str, Any]]], list[ValidationFinding]] | None = None
     node_taints: dict[str, set[str]] | None = None  # taint key → values seen on the cluster's nodes
     # taint key → labels that every node with the taint carries and some other node does not (the pool's labels)
     node_taint_labels: dict[str, dict[str, str]] | None = None

@@ -8,7 +8,15 @@ from functools import partial
 from typing import Any
 
 from catalog.validation.context import ValidationContext
-from catalog.validation.findings import LAYERS, SEVERITIES, Finding, ValidationReport, document_path, plain, show
+from catalog.validation.findings import (
+    LAYERS,
+    SEVERITIES,
+    ValidationFinding,
+    ValidationReport,
+    document_path,
+    plain,
+    show,
+)
 from catalog.validation.objects import (
     CLAIM,
     CLAIM_TEMPLATE,
@@ -31,7 +39,7 @@ def validate_manifest(text: str, context: ValidationContext) -> ValidationReport
     """Parse, then validate. Parse errors stop the validation: fix the text first."""
     documents, findings = parse_manifest(text)
     if any(f.severity == "error" for f in findings):
-        findings.append(Finding("parse", "info", "", "the documents were not validated further because the manifest "
+        findings.append(ValidationFinding("parse", "info", "", "the documents were not validated further because the manifest "
                                 "could not be read completely", "", "layers-skipped"))
         return ValidationReport(documents=documents, findings=findings)
     report = validate_documents(documents, context)
@@ -41,18 +49,18 @@ def validate_manifest(text: str, context: ValidationContext) -> ValidationReport
 
 def validate_documents(documents: list[dict[str, Any]], context: ValidationContext) -> ValidationReport:
     """All layers over already parsed documents (e.g. a POSTed JSON list). Never raises for bad documents."""
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     version, note = resolve_version(context.kubernetes_version)
     if note:
-        findings.append(Finding("schema", "info", "", note, "", "schema-version"))
+        findings.append(ValidationFinding("schema", "info", "", note, "", "schema-version"))
     valid: list[tuple[int, dict[str, Any]]] = []
     for index, document in enumerate(documents):
         if not isinstance(document, dict):
-            findings.append(Finding("parse", "error", document_path(index), "the document is not a mapping (an "
+            findings.append(ValidationFinding("parse", "error", document_path(index), "the document is not a mapping (an "
                                     "object)", "", "not-a-mapping"))
             continue
         if context.dra_unavailable and served_dra_version(document):
-            schema_findings, hard = [Finding(
+            schema_findings, hard = [ValidationFinding(
                 "schema", "error", document_path(index), f"DRA is unavailable on this cluster: {context.dra_unavailable}",
                 "run it on a cluster that serves resource.k8s.io, or request the unit as an extended resource (device "
                 "plugin)", "dra-unavailable")], True
@@ -60,7 +68,7 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
             schema_findings, hard = check_schema(index, document, version)
         findings += schema_findings
         if hard:
-            findings.append(Finding("schema", "info", document_path(index), "semantics, policy, quota and "
+            findings.append(ValidationFinding("schema", "info", document_path(index), "semantics, policy, quota and "
                                     "feasibility checks were skipped for this document: fix the schema errors first",
                                     "", "layers-skipped"))
         else:  # a DRA object written for an older cluster (v1beta1/v1beta2) is checked in the v1 shape
@@ -77,7 +85,7 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
         elif type_of(document) in (CLAIM, CLAIM_TEMPLATE):
             claim_documents.append((index, document))
         if not as_dict(document.get("metadata")).get("namespace"):
-            findings.append(Finding("semantics", "info", document_path(index) + ".metadata",
+            findings.append(ValidationFinding("semantics", "info", document_path(index) + ".metadata",
                                     f"no namespace: it goes to the namespace of your kubectl context; checked as "
                                     f"{show(context.default_namespace)}", "", "namespace-defaulted"))
     if context.allowed_namespaces is not None:  # another tenant's namespace: no quota or feasibility disclosed
@@ -103,25 +111,25 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
         outside = sorted({namespace_of(d, context.default_namespace) for _i, d in valid} - context.dry_run_namespaces
                          ) if context.dry_run_namespaces is not None else []
         if outside:
-            findings.append(Finding("dry-run", "info", "", f"the server dry-run was skipped: it runs only in tenant "
+            findings.append(ValidationFinding("dry-run", "info", "", f"the server dry-run was skipped: it runs only in tenant "
                                     f"namespaces you may target, not in {', '.join(show(n) for n in outside[:5])}",
                                     "", "layers-skipped"))
         elif len(valid) == len(documents):
             findings += _call("dry-run", None, False,
                               lambda: dry_run([copy.deepcopy(d) for d in documents]))
         else:
-            findings.append(Finding("dry-run", "info", "", "the server dry-run was skipped: some documents failed "
+            findings.append(ValidationFinding("dry-run", "info", "", "the server dry-run was skipped: some documents failed "
                                     "the schema layer", "", "layers-skipped"))
     return ValidationReport(documents=list(documents), findings=findings)
 
 
-def _run_feasibility(check: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]], holder: PodHolder,
-                     claims: list[dict[str, Any]]) -> list[Finding]:
+def _run_feasibility(check: Callable[[dict[str, Any], list[dict[str, Any]]], list[ValidationFinding]], holder: PodHolder,
+                     claims: list[dict[str, Any]]) -> list[ValidationFinding]:
     return check(_as_pod(holder), copy.deepcopy(claims))
 
 
-def _run_gang_feasibility(check: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]],
-                          holder: PodHolder, claims: list[dict[str, Any]]) -> list[Finding]:
+def _run_gang_feasibility(check: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[ValidationFinding]],
+                          holder: PodHolder, claims: list[dict[str, Any]]) -> list[ValidationFinding]:
     return check(_as_pod(holder), holder.pods, copy.deepcopy(claims))
 
 
@@ -137,17 +145,17 @@ def _as_pod(holder: PodHolder) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(holder.spec)}
 
 
-def _call(layer: str, index: int | None, job: bool, run: Callable[[], list[Finding]]) -> list[Finding]:
+def _call(layer: str, index: int | None, job: bool, run: Callable[[], list[ValidationFinding]]) -> list[ValidationFinding]:
     """Run an injected layer. Its failure is reported as a warning (the layer did not run), never raised."""
     try:
         returned = run()
     except Exception as exc:  # noqa: BLE001 - a broken checker must not break validation
-        return [Finding(layer, "warning", document_path(index) if index is not None else "",
+        return [ValidationFinding(layer, "warning", document_path(index) if index is not None else "",
                         f"the {layer} check could not run: {plain(type(exc).__name__)}: {plain(str(exc), 200)}", "",
                         f"{layer}-unavailable")]
     out = []
     for finding in returned or []:
-        if not isinstance(finding, Finding):
+        if not isinstance(finding, ValidationFinding):
             continue
         path = finding.path
         if index is not None and not path.startswith("documents["):
@@ -155,6 +163,6 @@ def _call(layer: str, index: int | None, job: bool, run: Callable[[], list[Findi
                 path = "spec.template." + path
             path = f"{document_path(index)}.{path}" if path else document_path(index)
         severity = finding.severity if finding.severity in SEVERITIES else "info"
-        out.append(Finding(finding.layer if finding.layer in LAYERS else layer, severity, path, finding.message,
+        out.append(ValidationFinding(finding.layer if finding.layer in LAYERS else layer, severity, path, finding.message,
                            finding.fix, finding.code))
     return out

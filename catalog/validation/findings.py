@@ -23,7 +23,7 @@ _UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
 
 @dataclass(frozen=True)
-class Finding:
+class ValidationFinding:
     """One problem (or note) about a manifest: where it is, how bad it is and how to fix it."""
 
     layer: str  # one of LAYERS
@@ -39,14 +39,14 @@ class ValidationReport:
     """Findings of every layer for a list of documents. Building it changes nothing anywhere."""
 
     documents: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ValidationFinding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not any(finding.severity == "error" for finding in self.findings)
 
-    def by_layer(self) -> dict[str, list[Finding]]:
-        grouped: dict[str, list[Finding]] = {}
+    def by_layer(self) -> dict[str, list[ValidationFinding]]:
+        grouped: dict[str, list[ValidationFinding]] = {}
         for layer in (*LAYERS, *sorted({f.layer for f in self.findings} - set(LAYERS))):
             found = [f for f in self.findings if f.layer == layer]
             if found:

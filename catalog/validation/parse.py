@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog.validation.findings import Finding, escape, show
+from catalog.validation.findings import ValidationFinding, escape, show
 from inventory.untrusted_text import MAX_BYTES, MAX_DEPTH, MAX_DOCUMENTS, UntrustedTextError, load_json, load_yaml
 from inventory.untrusted_text import where as _where
 
@@ -27,11 +27,11 @@ def _message(exc: UntrustedTextError) -> str:
     return escape(exc.message)
 
 
-def _error(message: str, code: str, path: str = "", fix: str = "") -> Finding:
-    return Finding("parse", "error", path, message, fix, code)
+def _error(message: str, code: str, path: str = "", fix: str = "") -> ValidationFinding:
+    return ValidationFinding("parse", "error", path, message, fix, code)
 
 
-def _flatten(index: int, document: dict[str, Any], findings: list[Finding]) -> list[dict[str, Any]]:
+def _flatten(index: int, document: dict[str, Any], findings: list[ValidationFinding]) -> list[dict[str, Any]]:
     """A `kind: List` (v1) becomes its items; anything else is itself."""
     if document.get("kind") != "List" or "items" not in document:
         return [document]
@@ -62,7 +62,7 @@ def _type_name(value: Any) -> str:
     return "scalar"
 
 
-def _too_many() -> Finding:
+def _too_many() -> ValidationFinding:
     return _error(
         f"the manifest has more than {MAX_DOCUMENTS} documents; the rest was not read",
         "too-many-documents",
@@ -70,7 +70,7 @@ def _too_many() -> Finding:
     )
 
 
-def parse_manifest(text: str) -> tuple[list[dict[str, Any]], list[Finding]]:
+def parse_manifest(text: str) -> tuple[list[dict[str, Any]], list[ValidationFinding]]:
     """Documents of a YAML (multi-document) or JSON manifest, and parse findings; never raises for bad input."""
     if not isinstance(text, str):
         return [], [_error("the manifest must be text", "not-text")]
@@ -86,7 +86,7 @@ def parse_manifest(text: str) -> tuple[list[dict[str, Any]], list[Finding]]:
     text = text.removeprefix("\ufeff")
     if not text.strip():
         return [], [_error("the manifest is empty", "empty-manifest")]
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     documents: list[dict[str, Any]] = []
     if text.lstrip()[:1] in "{[":
         try:
@@ -112,7 +112,7 @@ def parse_manifest(text: str) -> tuple[list[dict[str, Any]], list[Finding]]:
     return documents[:MAX_DOCUMENTS], findings
 
 
-def _collect(index: int, item: Any, mark: Any, documents: list[dict[str, Any]], findings: list[Finding]) -> None:
+def _collect(index: int, item: Any, mark: Any, documents: list[dict[str, Any]], findings: list[ValidationFinding]) -> None:
     if isinstance(item, tuple):  # (document, mark) from the YAML reader
         item, mark = item
     if not isinstance(item, dict):
@@ -130,7 +130,7 @@ def _collect(index: int, item: Any, mark: Any, documents: list[dict[str, Any]], 
         findings.append(_too_many())
 
 
-def _load_yaml(text: str, findings: list[Finding]) -> list[Any]:
+def _load_yaml(text: str, findings: list[ValidationFinding]) -> list[Any]:
     """(document, start mark) pairs; empty documents are skipped. Raises UntrustedTextError."""
     documents, truncated = load_yaml(text, max_documents=MAX_DOCUMENTS)
     if truncated:

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from catalog.validation.context import ValidationContext
-from catalog.validation.findings import Finding, join, plain, show
+from catalog.validation.findings import ValidationFinding, join, plain, show
 from catalog.validation.objects import PodHolder, containers
 from inventory.k8s.podsecurity import ALLOWED_CAPABILITIES, CONTROL_BY_ID, Violation, baseline_violations
 from inventory.k8s.semantics import as_dict, as_list, as_str, is_extended_resource
@@ -23,11 +23,11 @@ VISIBLE_DEVICES_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 DANGEROUS_CAPABILITIES = {"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"}
 
 
-def _finding(severity: str, path: str, message: str, code: str, fix: str = "") -> Finding:
-    return Finding("policy", severity, path, message, fix, code)
+def _finding(severity: str, path: str, message: str, code: str, fix: str = "") -> ValidationFinding:
+    return ValidationFinding("policy", severity, path, message, fix, code)
 
 
-def check_policy(holder: PodHolder, context: ValidationContext) -> list[Finding]:
+def check_policy(holder: PodHolder, context: ValidationContext) -> list[ValidationFinding]:
     spec, spec_path = holder.spec, holder.spec_path
     findings = _baseline(holder)
     for what, container, path in containers(spec, spec_path):
@@ -40,7 +40,7 @@ def check_policy(holder: PodHolder, context: ValidationContext) -> list[Finding]
     return findings
 
 
-def _baseline(holder: PodHolder) -> list[Finding]:
+def _baseline(holder: PodHolder) -> list[ValidationFinding]:
     """Every baseline Pod Security Standard violation (inventory.k8s.podsecurity, the definition the admission
     policy and the violation scan use) is an error: the pod is refused without a privileged exception."""
     findings = []
@@ -51,7 +51,7 @@ def _baseline(holder: PodHolder) -> list[Finding]:
     return findings
 
 
-def _error(path: str, message: str, code: str, fix: str) -> Finding:
+def _error(path: str, message: str, code: str, fix: str) -> ValidationFinding:
     return _finding("error", path, message, code, fix + EXCEPTION_HINT)
 
 
@@ -59,12 +59,12 @@ def _in(violation: Violation) -> str:
     return f"the {violation.container_kind} {show(violation.container)}" if violation.container else "the pod"
 
 
-def _privileged(v: Violation, path: str) -> Finding:
+def _privileged(v: Violation, path: str) -> ValidationFinding:
     return _error(path, f"{_in(v)} is privileged: it sees every device of the node and bypasses GPU isolation",
                   "privileged", "remove privileged")
 
 
-def _capability(v: Violation, path: str) -> Finding:
+def _capability(v: Violation, path: str) -> ValidationFinding:
     if isinstance(v.value, str) and v.value.upper() in DANGEROUS_CAPABILITIES:
         return _error(path, f"capability {show(v.value)} grants SYS_ADMIN, which is close to privileged (mounts, "
                       "devices)", "capability-sys-admin", "drop it; add only the narrow capability the program needs")
@@ -73,7 +73,7 @@ def _capability(v: Violation, path: str) -> Finding:
                   "drop it; add only capabilities of the default set")
 
 
-def _host_path(v: Violation, path: str) -> Finding:
+def _host_path(v: Violation, path: str) -> ValidationFinding:
     host_path = as_dict(v.value)
     raw = as_str(host_path.get("path"))
     normalized = posixpath.normpath(re.sub(r"^/+", "/", raw)) if raw else ""
@@ -89,13 +89,13 @@ def _host_path(v: Violation, path: str) -> Finding:
                   "every pod's secrets)", "hostpath", "use a PersistentVolumeClaim, ConfigMap or emptyDir instead")
 
 
-def _host_namespace(v: Violation, path: str) -> Finding:
+def _host_namespace(v: Violation, path: str) -> ValidationFinding:
     name = str(v.path[-1])
     return _error(path, f"{name}: true shares the node's namespace with the pod", "host-namespace", f"remove {name}")
 
 
 def _simple(code: str, message: str, fix: str) -> Any:
-    def finding(v: Violation, path: str) -> Finding:
+    def finding(v: Violation, path: str) -> ValidationFinding:
         return _error(path, message.format(where=_in(v), value=show(v.value)), code, fix)
     return finding
 
@@ -127,7 +127,7 @@ if set(_BASELINE) != set(CONTROL_BY_ID):  # a control added to the table must ge
     raise ImportError(f"catalog.validation.policy has no finding for {sorted(set(CONTROL_BY_ID) - set(_BASELINE))}")
 
 
-def _privilege_escalation(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+def _privilege_escalation(what: str, container: dict[str, Any], path: str) -> list[ValidationFinding]:
     """allowPrivilegeEscalation is a control of the *restricted* profile, not the baseline: a warning, no exception
     needed."""
     security = as_dict(container.get("securityContext"))
@@ -138,7 +138,7 @@ def _privilege_escalation(what: str, container: dict[str, Any], path: str) -> li
                      "process)", "allow-privilege-escalation", "set allowPrivilegeEscalation: false")]
 
 
-def _devices(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+def _devices(what: str, container: dict[str, Any], path: str) -> list[ValidationFinding]:
     findings = []
     for position, device in enumerate(as_list(container.get("volumeDevices"))):
         findings.append(_finding(
@@ -160,7 +160,7 @@ def _devices(what: str, container: dict[str, Any], path: str) -> list[Finding]:
     return findings
 
 
-def _requests(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+def _requests(what: str, container: dict[str, Any], path: str) -> list[ValidationFinding]:
     resources = as_dict(container.get("resources"))
     requests, limits = as_dict(resources.get("requests")), as_dict(resources.get("limits"))
     missing = [name for name in ("cpu", "memory") if name not in requests and name not in limits]
@@ -174,7 +174,7 @@ def _requests(what: str, container: dict[str, Any], path: str) -> list[Finding]:
     )]
 
 
-def _image(container: dict[str, Any], path: str) -> list[Finding]:
+def _image(container: dict[str, Any], path: str) -> list[ValidationFinding]:
     image = container.get("image")
     if not isinstance(image, str) or not image or "@" in image:
         return []
@@ -232,7 +232,7 @@ def _attracted(spec: dict[str, Any], taint_key: str, pool_labels: dict[str, str]
     )
 
 
-def _tolerations(spec: dict[str, Any], spec_path: str, context: ValidationContext) -> list[Finding]:
+def _tolerations(spec: dict[str, Any], spec_path: str, context: ValidationContext) -> list[ValidationFinding]:
     if context.node_taints is None:
         return []
     findings = []

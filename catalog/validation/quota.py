@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from catalog.validation.context import ValidationContext, class_extended_resource_name
-from catalog.validation.findings import Finding, document_path, plain, show
+from catalog.validation.findings import ValidationFinding, document_path, plain, show
 from catalog.validation.objects import (
     CLAIM,
     CLAIM_TEMPLATE,
@@ -192,16 +192,16 @@ def _format(key: str, value: Fraction) -> str:
     return f"{float(value):g}"
 
 
-def _finding(severity: str, path: str, message: str, code: str, fix: str = "") -> Finding:
-    return Finding("quota", severity, path, message, fix, code)
+def _finding(severity: str, path: str, message: str, code: str, fix: str = "") -> ValidationFinding:
+    return ValidationFinding("quota", severity, path, message, fix, code)
 
 
 def check_quota(
     holders: list[PodHolder], claims: list[tuple[int, dict[str, Any]]], context: ValidationContext, manifest: Manifest
-) -> list[Finding]:
+) -> list[ValidationFinding]:
     if context.quotas is None:
         return []
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     for namespace, demand in _collect(holders, claims, context, manifest).items():
         quotas = [as_dict(q) for q in as_list(context.quotas.get(namespace))]
         applied = False
@@ -231,7 +231,7 @@ def check_quota(
     return findings
 
 
-def _effective(namespace: str, limits: dict[str, list[QuotaLimit]], demand: _Demand) -> list[Finding]:
+def _effective(namespace: str, limits: dict[str, list[QuotaLimit]], demand: _Demand) -> list[ValidationFinding]:
     """Where several quotas constrain one key, the effective limit and the quota that binds (refuses first)."""
     findings = []
     for key, found in sorted(limits.items()):
@@ -249,7 +249,7 @@ def _effective(namespace: str, limits: dict[str, list[QuotaLimit]], demand: _Dem
     return findings
 
 
-def _compare(namespace: str, quota: dict[str, Any], demand: _Part, notes_list: list[str], findings: list[Finding],
+def _compare(namespace: str, quota: dict[str, Any], demand: _Part, notes_list: list[str], findings: list[ValidationFinding],
              limits: dict[str, list[QuotaLimit]]) -> bool:
     name = plain(as_str(quota.get("name")) or "?")
     hard, used = as_dict(quota.get("hard")), as_dict(quota.get("used"))
@@ -293,7 +293,7 @@ def _sets_limit(resource: str, _requests: dict[str, Any], limits: dict[str, Any]
     return resource in limits
 
 
-def _required_resources(quota: dict[str, Any], holders: list[PodHolder]) -> list[Finding]:
+def _required_resources(quota: dict[str, Any], holders: list[PodHolder]) -> list[ValidationFinding]:
     """A quota on cpu/memory makes the API server reject pods whose containers do not state that resource."""
     hard = as_dict(quota.get("hard"))
     name = plain(as_str(quota.get("name")) or "?")

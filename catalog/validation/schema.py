@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from catalog.validation.findings import Finding, child, document_path, escape, show
+from catalog.validation.findings import ValidationFinding, child, document_path, escape, show
 from catalog.validation.objects import CLAIM, CLAIM_TEMPLATE, JOB, POD, SUPPORTED, type_of
 from inventory.k8s.semantics import kubernetes_version
 
@@ -133,7 +133,7 @@ def _path(base: str, parts: Any) -> str:
     return path
 
 
-def _error_findings(base: str, error: jsonschema.ValidationError) -> list[Finding]:
+def _error_findings(base: str, error: jsonschema.ValidationError) -> list[ValidationFinding]:
     path = _path(base, error.absolute_path)
     validator = error.validator
     if validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -142,38 +142,38 @@ def _error_findings(base: str, error: jsonschema.ValidationError) -> list[Findin
         for name in sorted(set(error.instance) - set(known)):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
             fix = f"did you mean `{close[0]}`?" if close else "remove it; the API server rejects unknown fields"
-            out.append(Finding("schema", "error", child(path, name), f"unknown field {show(name)}", fix,
+            out.append(ValidationFinding("schema", "error", child(path, name), f"unknown field {show(name)}", fix,
                                "unknown-field"))
         return out
     if validator == "required" and isinstance(error.instance, dict):
         missing = [name for name in error.validator_value if name not in error.instance]
         return [
-            Finding("schema", "error", child(path, name), f"required field `{escape(name)}` is missing", "",
+            ValidationFinding("schema", "error", child(path, name), f"required field `{escape(name)}` is missing", "",
                     "required-field")
             for name in missing
         ]
     if validator == "type":
         wanted = " or ".join(_types({"type": error.validator_value})) or "null"
         message = f"expected {wanted}, got {_json_type(error.instance)}"
-        return [Finding("schema", "error", path, message, "", "wrong-type")]
+        return [ValidationFinding("schema", "error", path, message, "", "wrong-type")]
     if validator in ("oneOf", "anyOf"):
         options = sorted({t for sub in error.validator_value for t in _types(sub)})
         wanted = " or ".join(options) or "a different value"
         message = f"expected {wanted}, got {_json_type(error.instance)}"
         if options == ["number", "string"]:
             message = f"expected a quantity (a number or a string such as \"1\" or \"500m\"), got {_json_type(error.instance)}"
-        return [Finding("schema", "error", path, message, "", "wrong-type")]
+        return [ValidationFinding("schema", "error", path, message, "", "wrong-type")]
     if validator == "enum":
         allowed = ", ".join(show(value) for value in error.validator_value[:20])
-        return [Finding("schema", "error", path, f"unsupported value {show(error.instance)}; allowed: {allowed}", "",
+        return [ValidationFinding("schema", "error", path, f"unsupported value {show(error.instance)}; allowed: {allowed}", "",
                         "unsupported-value")]
     message = escape(error.message)
     if len(message) > 200:
         message = message[:199] + "…"
-    return [Finding("schema", "error", path, message, "", f"schema-{validator}")]
+    return [ValidationFinding("schema", "error", path, message, "", f"schema-{validator}")]
 
 
-def check_schema(index: int, document: dict[str, Any], version: str) -> tuple[list[Finding], bool]:
+def check_schema(index: int, document: dict[str, Any], version: str) -> tuple[list[ValidationFinding], bool]:
     """Schema findings for one document and whether it failed hard (later layers must skip it)."""
     base = document_path(index)
     kind = type_of(document)
@@ -181,20 +181,20 @@ def check_schema(index: int, document: dict[str, Any], version: str) -> tuple[li
     if not api_version or not kind_name:
         missing = [f for f in ("apiVersion", "kind") if not isinstance(document.get(f), str) or not document.get(f)]
         return [
-            Finding("schema", "error", child(base, field), f"`{field}` is missing or not a string", "",
+            ValidationFinding("schema", "error", child(base, field), f"`{field}` is missing or not a string", "",
                     "missing-type")
             for field in missing
         ], True
     if kind not in SUPPORTED:
         same_kind = [api for api, name in SUPPORTED if name == kind_name]
         if same_kind:
-            return [Finding(
+            return [ValidationFinding(
                 "schema", "error", child(base, "apiVersion"),
                 f"{show(api_version)} {escape(kind_name)} is not supported here",
                 f"use apiVersion: {same_kind[0]}", "unsupported-api-version",
             )], True
         supported = ", ".join(f"{name} ({api})" for api, name in SUPPORTED)
-        return [Finding(
+        return [ValidationFinding(
             "schema", "error", child(base, "kind"),
             f"{show(kind_name)} ({show(api_version)}) is not supported here; the validator checks {supported}",
             "validate other objects with kubectl apply --dry-run=server", "unsupported-kind",
@@ -202,12 +202,12 @@ def check_schema(index: int, document: dict[str, Any], version: str) -> tuple[li
     validator = validator_for(version, kind)
     if validator is None:
         major_minor = ".".join(version.split(".")[:2])
-        return [Finding(
+        return [ValidationFinding(
             "schema", "error", child(base, "apiVersion"),
             f"Kubernetes {major_minor} does not serve {api_version} {kind_name}",
             "DRA's resource.k8s.io/v1 needs Kubernetes 1.34 or newer", "schema-not-found",
         )], True
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     hard = False
     errors = sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
@@ -216,6 +216,6 @@ def check_schema(index: int, document: dict[str, Any], version: str) -> tuple[li
     if len(findings) > MAX_FINDINGS_PER_DOCUMENT:
         hidden = len(findings) - MAX_FINDINGS_PER_DOCUMENT
         findings = findings[:MAX_FINDINGS_PER_DOCUMENT]
-        findings.append(Finding("schema", "info", base, f"{hidden} more schema error(s) not shown", "",
+        findings.append(ValidationFinding("schema", "info", base, f"{hidden} more schema error(s) not shown", "",
                                 "findings-truncated"))
     return findings, hard

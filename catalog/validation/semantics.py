@@ -17,7 +17,7 @@ from typing import Any
 from catalog.cel import CelError, CelLimitError, compile_selector
 from catalog.sharing import not_additive_message, plugin_error, refused_message
 from catalog.validation.context import SharedNode, ValidationContext
-from catalog.validation.findings import Finding, join, plain, show
+from catalog.validation.findings import ValidationFinding, join, plain, show
 from catalog.validation.objects import (
     ADMIN_ACCESS_LABEL,
     ALLOCATION_RESULTS_MAX,
@@ -96,12 +96,12 @@ class Manifest:
         return manifest
 
 
-def _error(path: str, message: str, code: str, fix: str = "") -> Finding:
-    return Finding("semantics", "error", path, message, fix, code)
+def _error(path: str, message: str, code: str, fix: str = "") -> ValidationFinding:
+    return ValidationFinding("semantics", "error", path, message, fix, code)
 
 
-def _warning(path: str, message: str, code: str, fix: str = "") -> Finding:
-    return Finding("semantics", "warning", path, message, fix, code)
+def _warning(path: str, message: str, code: str, fix: str = "") -> ValidationFinding:
+    return ValidationFinding("semantics", "warning", path, message, fix, code)
 
 
 def _listing(names: Any) -> str:
@@ -124,8 +124,8 @@ def _similar(name: str, candidates: Any) -> list[str]:
 
 def check_semantics(
     index: int, document: dict[str, Any], context: ValidationContext, manifest: Manifest
-) -> list[Finding]:
-    findings: list[Finding] = []
+) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     findings += _check_metadata(index, document, context)
     holder = pod_holder(index, document, context.default_namespace)
     if holder is not None:
@@ -141,8 +141,8 @@ def check_semantics(
 # Metadata.
 
 
-def _check_metadata(index: int, document: dict[str, Any], context: ValidationContext) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_metadata(index: int, document: dict[str, Any], context: ValidationContext) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     base = join(f"documents[{index}]", "metadata")
     meta = metadata(document)
     name, generate_name = meta.get("name"), meta.get("generateName")
@@ -191,7 +191,7 @@ def _check_metadata(index: int, document: dict[str, Any], context: ValidationCon
     return findings
 
 
-def _not_yours(base: str, namespace: str, allowed: frozenset[str]) -> Finding:
+def _not_yours(base: str, namespace: str, allowed: frozenset[str]) -> ValidationFinding:
     """A namespace outside the reader's tenants: whether it exists, and its quota, are not disclosed."""
     fix = f"use one of your namespaces: {_listing(sorted(allowed))}" if allowed else (
         "ask your team lead or a platform admin to map a namespace to your team")
@@ -199,8 +199,8 @@ def _not_yours(base: str, namespace: str, allowed: frozenset[str]) -> Finding:
                   "feasibility and a dry run are not checked", "namespace-not-yours", fix)
 
 
-def _check_labels(base: str, meta: dict[str, Any]) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_labels(base: str, meta: dict[str, Any]) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     for key, value in as_dict(meta.get("labels")).items():
         if not isinstance(key, str):
             continue
@@ -230,8 +230,8 @@ def _check_labels(base: str, meta: dict[str, Any]) -> list[Finding]:
 # Pods and Job templates.
 
 
-def _check_job(holder: PodHolder) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_job(holder: PodHolder) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     job_path = join(f"documents[{holder.index}]", "spec")
     job_spec = as_dict(holder.document.get("spec"))
     for name in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
@@ -248,8 +248,8 @@ def _check_job(holder: PodHolder) -> list[Finding]:
     return findings
 
 
-def _check_pod_spec(holder: PodHolder, context: ValidationContext, manifest: Manifest) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_pod_spec(holder: PodHolder, context: ValidationContext, manifest: Manifest) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     spec, spec_path = holder.spec, holder.spec_path
     if "containers" in spec and not as_list(spec.get("containers")):  # a missing list is a schema error
         findings.append(_error(join(spec_path, "containers"), "a pod needs at least one container",
@@ -317,9 +317,9 @@ def _check_pod_spec(holder: PodHolder, context: ValidationContext, manifest: Man
     return findings
 
 
-def _check_tolerations(spec: dict[str, Any], spec_path: str, context: ValidationContext) -> list[Finding]:
+def _check_tolerations(spec: dict[str, Any], spec_path: str, context: ValidationContext) -> list[ValidationFinding]:
     """The API server's toleration rules, and the Lt/Gt operators of Kubernetes 1.35+ (an alpha feature gate)."""
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     version = kubernetes_version(context.kubernetes_version)
     for position, toleration in enumerate(as_list(spec.get("tolerations"))):
         toleration = as_dict(toleration)
@@ -350,10 +350,10 @@ def _check_tolerations(spec: dict[str, Any], spec_path: str, context: Validation
     return findings
 
 
-def _check_node_affinity(spec: dict[str, Any], spec_path: str) -> list[Finding]:
+def _check_node_affinity(spec: dict[str, Any], spec_path: str) -> list[ValidationFinding]:
     """A required node-affinity requirement that does not parse makes its whole term match no node (kube-scheduler
     treats the term as not matching, even a NotIn that would hold)."""
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"))
     for t, term in enumerate(as_list(required.get("nodeSelectorTerms"))):
@@ -367,7 +367,7 @@ def _check_node_affinity(spec: dict[str, Any], spec_path: str) -> list[Finding]:
     return findings
 
 
-def _volume_names(spec: dict[str, Any], spec_path: str, findings: list[Finding]) -> set[str]:
+def _volume_names(spec: dict[str, Any], spec_path: str, findings: list[ValidationFinding]) -> set[str]:
     names: set[str] = set()
     for position, volume in enumerate(as_list(spec.get("volumes"))):
         name = as_dict(volume).get("name")
@@ -383,7 +383,7 @@ def _volume_names(spec: dict[str, Any], spec_path: str, findings: list[Finding])
 
 
 def _pod_claims(
-    holder: PodHolder, context: ValidationContext, manifest: Manifest, findings: list[Finding]
+    holder: PodHolder, context: ValidationContext, manifest: Manifest, findings: list[ValidationFinding]
 ) -> dict[str, set[str] | None]:
     """Pod claim name → request names of the claim when the manifest defines it (None when it is elsewhere)."""
     claims: dict[str, set[str] | None] = {}
@@ -422,7 +422,7 @@ def _pod_claims(
     return claims
 
 
-def _check_image(what: str, container: dict[str, Any], path: str) -> list[Finding]:
+def _check_image(what: str, container: dict[str, Any], path: str) -> list[ValidationFinding]:
     image = container.get("image")
     image_path = join(path, "image")
     if image is None or image == "":
@@ -441,8 +441,8 @@ def _check_image(what: str, container: dict[str, Any], path: str) -> list[Findin
 
 def _check_resources(
     what: str, container: dict[str, Any], path: str, context: ValidationContext, known_extended: set[str] | None
-) -> list[Finding]:
-    findings: list[Finding] = []
+) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     resources = as_dict(container.get("resources"))
     requests, limits = as_dict(resources.get("requests")), as_dict(resources.get("limits"))
     parsed: dict[str, dict[str, Fraction]] = {"requests": {}, "limits": {}}
@@ -518,11 +518,11 @@ def _placeable(spec: dict[str, Any], node: SharedNode) -> bool:
 
 def _check_shared_units(
     what: str, container: dict[str, Any], path: str, spec: dict[str, Any], shared: dict[str, list[SharedNode]]
-) -> list[Finding]:
+) -> list[ValidationFinding]:
     """More than one shared unit in one container (catalog/sharing.py): the device plugin of MPS pools, and of
     time-sliced pools with failRequestsGreaterThanOne, refuses it at kubelet admission after the scheduler bound the
     pod; elsewhere the replicas are granted but are not cards."""
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     resources = as_dict(container.get("resources"))
     limits, requests = as_dict(resources.get("limits")), as_dict(resources.get("requests"))
     for name in dict.fromkeys([*limits, *requests]):
@@ -555,7 +555,7 @@ def _check_shared_units(
     return findings
 
 
-def _unknown_kind_of_resource(name: str, path: str, known_extended: set[str] | None) -> Finding:
+def _unknown_kind_of_resource(name: str, path: str, known_extended: set[str] | None) -> ValidationFinding:
     close = _similar(name, (known_extended or set()) | set(NATIVE_CONTAINER_RESOURCES))
     fix = f"did you mean {_listing(close)}?" if close else "extended resources are written domain/name, e.g. " \
         "nvidia.com/gpu"
@@ -563,7 +563,7 @@ def _unknown_kind_of_resource(name: str, path: str, known_extended: set[str] | N
                   "hugepages-<size>) nor an extended resource (domain/name)", "unknown-resource-name", fix)
 
 
-def _unknown_to_cluster(name: str, path: str, context: ValidationContext, known: set[str]) -> Finding:
+def _unknown_to_cluster(name: str, path: str, context: ValidationContext, known: set[str]) -> ValidationFinding:
     nodes = (f"the cluster has {context.gpu_node_count} accelerator node(s) and {context.cpu_only_node_count} "
              "CPU-only node(s)")
     if name.startswith("nvidia.com/mig-"):
@@ -590,8 +590,8 @@ def _unknown_to_cluster(name: str, path: str, context: ValidationContext, known:
 # DRA claims and templates.
 
 
-def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: ValidationContext) -> list[Finding]:
-    findings: list[Finding] = []
+def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: ValidationContext) -> list[ValidationFinding]:
+    findings: list[ValidationFinding] = []
     devices_path = join(path, "devices")
     devices = as_dict(spec.get("devices"))
     requests = as_list(devices.get("requests"))
@@ -605,15 +605,7 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
     for position, request in enumerate(requests):
         request = as_dict(request)
         request_path = join(devices_path, "requests", position)
-        name = request.get("name")
-        if isinstance(name, str):
-            if problem := dns_label_problem(name):
-                findings.append(_error(join(request_path, "name"), f"request name {show(name)} {problem}",
-                                       "invalid-name"))
-            elif name in names:
-                findings.append(_error(join(request_path, "name"), f"request name {show(name)} is used twice",
-                                       "duplicate-request-name"))
-            names.add(name)
+        findings += _check_request_name(request.get("name"), request_path, names, "request")
         exactly = request.get("exactly")
         first = as_list(request.get("firstAvailable"))
         if (exactly is not None) == bool(first):
@@ -627,27 +619,7 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
             total += count
             too_large |= count > ALLOCATION_RESULTS_MAX
         if first:
-            if len(first) > FIRST_AVAILABLE_MAX:
-                findings.append(_error(join(request_path, "firstAvailable"),
-                                       f"firstAvailable has at most {FIRST_AVAILABLE_MAX} subrequests; this one has "
-                                       f"{len(first)}", "too-many-subrequests"))
-            sub_names: set[str] = set()
-            largest = 0
-            for sub_position, sub in enumerate(first):
-                sub = as_dict(sub)
-                sub_path = join(request_path, "firstAvailable", sub_position)
-                sub_name = sub.get("name")
-                if isinstance(sub_name, str):
-                    if problem := dns_label_problem(sub_name):
-                        findings.append(_error(join(sub_path, "name"), f"subrequest name {show(sub_name)} {problem}",
-                                               "invalid-name"))
-                    elif sub_name in sub_names:
-                        findings.append(_error(join(sub_path, "name"), f"subrequest name {show(sub_name)} is used "
-                                               "twice", "duplicate-request-name"))
-                    sub_names.add(sub_name)
-                count, more = _check_device_request(sub, sub_path, namespace, context, allow_admin=False)
-                findings += more
-                largest = max(largest, count)
+            largest = _check_first_available(first, request_path, namespace, context, findings)
             total += largest
             too_large |= largest > ALLOCATION_RESULTS_MAX
     if total > ALLOCATION_RESULTS_MAX and not too_large:  # a single oversized count is reported at the count
@@ -655,7 +627,46 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
                                f"the claim asks for {total:,} devices; one claim can be allocated at most "
                                f"{ALLOCATION_RESULTS_MAX}", "claim-too-many-devices",
                                "split the devices over several claims or pods"))
-    known = request_names(spec)
+    findings += _check_request_references(devices, devices_path, request_names(spec))
+    return findings
+
+
+def _check_request_name(name: Any, path: str, seen: set[str], label: str) -> list[ValidationFinding]:
+    """A request's or subrequest's name: a DNS label, unique among its siblings (`seen` collects them)."""
+    if not isinstance(name, str):
+        return []
+    findings: list[ValidationFinding] = []
+    if problem := dns_label_problem(name):
+        findings.append(_error(join(path, "name"), f"{label} name {show(name)} {problem}", "invalid-name"))
+    elif name in seen:
+        findings.append(_error(join(path, "name"), f"{label} name {show(name)} is used twice",
+                               "duplicate-request-name"))
+    seen.add(name)
+    return findings
+
+
+def _check_first_available(first: list[Any], request_path: str, namespace: str, context: ValidationContext,
+                           findings: list[ValidationFinding]) -> int:
+    """Add the findings of a `firstAvailable` list; returns the most devices one of its subrequests asks for."""
+    if len(first) > FIRST_AVAILABLE_MAX:
+        findings.append(_error(join(request_path, "firstAvailable"),
+                               f"firstAvailable has at most {FIRST_AVAILABLE_MAX} subrequests; this one has "
+                               f"{len(first)}", "too-many-subrequests"))
+    sub_names: set[str] = set()
+    largest = 0
+    for sub_position, sub in enumerate(first):
+        sub = as_dict(sub)
+        sub_path = join(request_path, "firstAvailable", sub_position)
+        findings += _check_request_name(sub.get("name"), sub_path, sub_names, "subrequest")
+        count, more = _check_device_request(sub, sub_path, namespace, context, allow_admin=False)
+        findings += more
+        largest = max(largest, count)
+    return largest
+
+
+def _check_request_references(devices: dict[str, Any], devices_path: str, known: set[str]) -> list[ValidationFinding]:
+    """Constraints and config may only name requests of this claim."""
+    findings: list[ValidationFinding] = []
     for section in ("constraints", "config"):
         for position, entry in enumerate(as_list(devices.get(section))):
             for ref_position, ref in enumerate(as_list(as_dict(entry).get("requests"))):
@@ -668,9 +679,9 @@ def _check_claim_spec(spec: dict[str, Any], path: str, namespace: str, context: 
 
 def _check_device_request(
     request: dict[str, Any], path: str, namespace: str, context: ValidationContext, *, allow_admin: bool
-) -> tuple[int, list[Finding]]:
+) -> tuple[int, list[ValidationFinding]]:
     """Findings for an `exactly` request or a subrequest, and the devices it asks for (0 for All/invalid)."""
-    findings: list[Finding] = []
+    findings: list[ValidationFinding] = []
     class_name = request.get("deviceClassName")
     if isinstance(class_name, str) and class_name:
         if problem := dns_subdomain_problem(class_name):
@@ -724,7 +735,7 @@ def _check_device_request(
     return devices, findings
 
 
-def _check_cel(expression: str, path: str) -> Finding | None:
+def _check_cel(expression: str, path: str) -> ValidationFinding | None:
     try:
         compile_selector(expression)
     except CelLimitError as exc:
@@ -744,7 +755,7 @@ def _check_cel(expression: str, path: str) -> Finding | None:
     return None
 
 
-def _admin_access(path: str, namespace: str, context: ValidationContext) -> Finding:
+def _admin_access(path: str, namespace: str, context: ValidationContext) -> ValidationFinding:
     granted = context.admin_access_namespaces
     if granted is None:
         return _warning(path, f"adminAccess gives access to devices other workloads are using; {ADMIN_ACCESS_MESSAGE} "
@@ -754,6 +765,6 @@ def _admin_access(path: str, namespace: str, context: ValidationContext) -> Find
         return _error(path, ADMIN_ACCESS_MESSAGE, "admin-access-forbidden",
                       f"remove adminAccess, or request an adminAccess grant for namespace {show(namespace)} "
                       f"(it sets {ADMIN_ACCESS_LABEL}: \"true\"); ordinary workloads never need it")
-    return Finding("semantics", "info", path,
+    return ValidationFinding("semantics", "info", path,
                    f"adminAccess is granted in namespace {show(namespace)}: the devices are shared with the workloads "
                    "using them", "", "admin-access-granted")

@@ -90,16 +90,7 @@ def kubeconfig_validate(data: Any, *, context: str = "", allowed_proxies: Collec
     if not isinstance(data, dict):
         raise ClusterConfigError("kubeconfig is not a YAML mapping")
     problems = _Problems()
-    for key in data:
-        if key not in _TOP_LEVEL:
-            problems.add(f"{_field(key)} is not allowed at the top level")
-    if data.get("apiVersion") not in (None, "", "v1"):
-        problems.add('field "apiVersion" must be v1')
-    if data.get("kind") not in (None, "", "Config"):
-        problems.add('field "kind" must be Config')
-    for key, kind in (("preferences", dict), ("extensions", list)):
-        if data.get(key) is not None and not isinstance(data[key], kind):
-            problems.add(f'field "{key}" must be a {"mapping" if kind is dict else "list"}')
+    _check_top_level(data, problems)
 
     names: dict[str, set[str]] = {}
     for section, body_key in _SECTIONS:
@@ -117,17 +108,37 @@ def kubeconfig_validate(data: Any, *, context: str = "", allowed_proxies: Collec
     for where, body in _bodies(data, "contexts", "context"):
         _check_context(where, body, names, problems)
 
+    _check_active_context(data, context, names["contexts"], problems)
+    problems.raise_if_any()
+
+
+def _check_top_level(data: dict[Any, Any], problems: _Problems) -> None:
+    """Only the known top-level fields, apiVersion v1, kind Config, and the right shapes for the optional ones."""
+    for key in data:
+        if key not in _TOP_LEVEL:
+            problems.add(f"{_field(key)} is not allowed at the top level")
+    if data.get("apiVersion") not in (None, "", "v1"):
+        problems.add('field "apiVersion" must be v1')
+    if data.get("kind") not in (None, "", "Config"):
+        problems.add('field "kind" must be Config')
+    for key, kind in (("preferences", dict), ("extensions", list)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            problems.add(f'field "{key}" must be a {"mapping" if kind is dict else "list"}')
+
+
+def _check_active_context(data: dict[Any, Any], context: str, contexts: set[str], problems: _Problems) -> None:
+    """current-context, if set, names a context; and the context the client will use (`context` or the current
+    one) exists."""
     current = data.get("current-context")
     if current is not None and not isinstance(current, str):
         problems.add('field "current-context" must be a string')
-    elif current and names["contexts"] and current not in names["contexts"]:
+    elif current and contexts and current not in contexts:
         problems.add('"current-context" names a context that is not in the kubeconfig')
     active = context or (current if isinstance(current, str) else "")
     if not active:
         problems.add("there is no current-context: set one, or register the cluster with a context")
-    elif context and names["contexts"] and context not in names["contexts"]:
+    elif context and contexts and context not in contexts:
         problems.add(f"context {_name(context) or '(given)'} is not in the kubeconfig")
-    problems.raise_if_any()
 
 
 class _Problems:

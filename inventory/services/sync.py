@@ -393,7 +393,8 @@ def kind_sync_window(
             keep_lease()
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
-    seen = ""  # the newest resourceVersion this window saw from the server, to notice its history going back
+    window = _Window(cluster_id=cluster_id, kind=kind, client=client, lease=lease, deadline=deadline, stop=stop,
+                     keep_lease=keep_lease, result=result)
     while time.monotonic() < deadline and not (stop and stop.is_set()):
         try:
             keep_lease()
@@ -403,47 +404,16 @@ def kind_sync_window(
                 pause(settings.PORTAL_UNSERVED_RECHECK_SECONDS)
                 rediscover = True
                 continue
-            resource_version, listed_at = SyncState.objects.values_list(
-                "resource_version", "last_list_finished_at").get(pk=lease.state_id)
-            periodic = bool(resource_version) and relist_due(state_id=lease.state_id, last_list_finished_at=listed_at)
-            if not resource_version or periodic:
-                seen = seen or resource_version
-                listing = kind_list(cluster_id=cluster_id, kind=kind, client=client, lease=lease, ref=ref)
-                result.lists.append(listing)
-                resource_version = listing.resource_version
-                if _went_back(resource_version, seen):
-                    result.rewinds += 1
-                    sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.HISTORY_REWOUND,
-                                         detail=f"listed at resourceVersion {resource_version}, after {seen}; "
-                                         f"relisted, {listing.tombstoned} vanished objects tombstoned")
-                elif periodic and listing.tombstoned:
-                    sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.RELIST_DRIFT,
-                                         detail=f"the periodic relist tombstoned {listing.tombstoned} objects the "
-                                         "watch had not reported gone")
-            seen = resource_version
-            remaining = max(1, int(deadline - time.monotonic()))
-            with client.watch(ref, resource_version=resource_version, timeout_seconds=remaining) as stream:
-                while not (stop and stop.is_set()):
-                    keep_lease()
-                    events, ended = stream.next_batch(
-                        max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(deadline, lease.next_renew)
-                    )
-                    if events:
-                        _history_check(events, resource_version)
-                        saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease, ref=ref)
-                        result.events += sum(1 for e in events if e.type != "BOOKMARK")
-                        result.batches += 1
-                        result.resource_version = saved or result.resource_version
-                        seen = saved or seen
-                    if ended or time.monotonic() >= deadline:
-                        break
+            resource_version = _list_if_due(window, ref)
+            window.seen = resource_version
+            _watch_batches(window, ref, resource_version)
             backoff = 0.5
         except HistoryRewoundError as exc:
             result.relists += 1
             result.rewinds += 1
             sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.HISTORY_REWOUND,
                                  detail=f"{exc}; relisting")
-            seen = ""  # recorded: the relist's lower resourceVersion is expected now
+            window.seen = ""  # recorded: the relist's lower resourceVersion is expected now
             SyncState.objects.filter(pk=lease.state_id).update(resource_version="", relists=F("relists") + 1)
         except ResourceExpiredError as exc:
             logger.info("%s/%s: %s; relisting", cluster_id, kind, exc)
@@ -476,6 +446,66 @@ def kind_sync_window(
             pause(backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
     return result
+
+
+@dataclass
+class _Window:
+    """One kind_sync_window's fixed inputs and what survives its retries."""
+
+    cluster_id: int
+    kind: str
+    client: ClusterClient
+    lease: Lease
+    deadline: float
+    stop: threading.Event | None
+    keep_lease: Callable[[], None]
+    result: WindowResult
+    seen: str = ""  # the newest resourceVersion this window saw from the server, to notice its history going back
+
+
+def _list_if_due(window: _Window, ref: KindRef) -> str:
+    """List the kind when there is no saved resourceVersion or the periodic relist is due, recording a listing that
+    went back in history or corrected drift; returns the resourceVersion to watch from."""
+    cluster_id, kind, lease, result = window.cluster_id, window.kind, window.lease, window.result
+    resource_version, listed_at = SyncState.objects.values_list(
+        "resource_version", "last_list_finished_at").get(pk=lease.state_id)
+    periodic = bool(resource_version) and relist_due(state_id=lease.state_id, last_list_finished_at=listed_at)
+    if not resource_version or periodic:
+        window.seen = window.seen or resource_version
+        listing = kind_list(cluster_id=cluster_id, kind=kind, client=window.client, lease=lease, ref=ref)
+        result.lists.append(listing)
+        resource_version = listing.resource_version
+        if _went_back(resource_version, window.seen):
+            result.rewinds += 1
+            sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.HISTORY_REWOUND,
+                                 detail=f"listed at resourceVersion {resource_version}, after {window.seen}; "
+                                 f"relisted, {listing.tombstoned} vanished objects tombstoned")
+        elif periodic and listing.tombstoned:
+            sync_incident_record(cluster_id=cluster_id, kind=kind, cause=SyncIncident.Cause.RELIST_DRIFT,
+                                 detail=f"the periodic relist tombstoned {listing.tombstoned} objects the "
+                                 "watch had not reported gone")
+    return str(resource_version)
+
+
+def _watch_batches(window: _Window, ref: KindRef, resource_version: str) -> None:
+    """Watch from `resource_version` and apply its events in batches until the stream or the window ends."""
+    cluster_id, kind, lease, result, stop = window.cluster_id, window.kind, window.lease, window.result, window.stop
+    remaining = max(1, int(window.deadline - time.monotonic()))
+    with window.client.watch(ref, resource_version=resource_version, timeout_seconds=remaining) as stream:
+        while not (stop and stop.is_set()):
+            window.keep_lease()
+            events, ended = stream.next_batch(
+                max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(window.deadline, lease.next_renew)
+            )
+            if events:
+                _history_check(events, resource_version)
+                saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease, ref=ref)
+                result.events += sum(1 for e in events if e.type != "BOOKMARK")
+                result.batches += 1
+                result.resource_version = saved or result.resource_version
+                window.seen = saved or window.seen
+            if ended or time.monotonic() >= window.deadline:
+                break
 
 
 def _served_ref(*, cluster_id: int, kind: str, client: ClusterClient, lease: Lease, force: bool) -> KindRef | None:

@@ -1,4 +1,4 @@
-"""DRA CEL selectors (catalog/cel.py): Kubernetes semantics, errors, limits. No database needed."""
+"""DRA CEL selectors (catalog/cel/): Kubernetes semantics, errors, limits. No database needed."""
 
 from __future__ import annotations
 
@@ -313,7 +313,7 @@ def test_cel_bind_with_domain_and_root_aliases() -> None:
 
 def test_cel_bind_after_a_short_circuited_comprehension() -> None:
     """cel-cpp's lazily initialized cel.bind read the stale variable of a comprehension that stopped early and
-    answered false (or failed); catalog.cel makes binds eager (see _eager_binds)."""
+    answered false (or failed); catalog.cel makes binds eager (see catalog/cel/rewrite.py _eager_binds)."""
     assert matches("['y', 'x'].exists(n, n == 'y') && cel.bind(g, 5, g == 5)")
     assert matches("!['y', 'x'].all(n, n != 'y') && cel.bind(g, {'a': 1}, g.a == 1)")
     assert matches(

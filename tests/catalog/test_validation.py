@@ -16,8 +16,8 @@ import yaml
 from catalog.validation import (
     MAX_DEPTH,
     MAX_DOCUMENTS,
-    Finding,
     ValidationContext,
+    ValidationFinding,
     ValidationReport,
     format_text,
     parse_manifest,
@@ -127,13 +127,13 @@ def codes(report: ValidationReport, layer: str | None = None, severity: str | No
             if (layer is None or f.layer == layer) and (severity is None or f.severity == severity)]
 
 
-def only(report: ValidationReport, code: str) -> Finding:
+def only(report: ValidationReport, code: str) -> ValidationFinding:
     found = [f for f in report.findings if f.code == code]
     assert len(found) == 1, (code, report.findings)
     return found[0]
 
 
-def errors(report: ValidationReport) -> list[Finding]:
+def errors(report: ValidationReport) -> list[ValidationFinding]:
     return [f for f in report.findings if f.severity == "error"]
 
 
@@ -184,13 +184,13 @@ def test_validation_does_not_mutate_the_documents() -> None:
     before = copy.deepcopy(documents)
     seen: list[Any] = []
 
-    def feasibility(pod_doc: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
+    def feasibility(pod_doc: dict[str, Any], claims: list[dict[str, Any]]) -> list[ValidationFinding]:
         pod_doc["spec"]["containers"].clear()
         claims.clear()
         seen.append(pod_doc)
         return []
 
-    def dry_run(docs: list[dict[str, Any]]) -> list[Finding]:
+    def dry_run(docs: list[dict[str, Any]]) -> list[ValidationFinding]:
         docs[0]["kind"] = "Changed"
         return []
 
@@ -902,9 +902,9 @@ def test_policy_applies_to_job_templates_and_init_containers() -> None:
 def test_feasibility_gets_each_pod_and_the_claims_and_paths_are_mapped() -> None:
     calls: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
 
-    def feasibility(pod_doc: dict[str, Any], claims: list[dict[str, Any]]) -> list[Finding]:
+    def feasibility(pod_doc: dict[str, Any], claims: list[dict[str, Any]]) -> list[ValidationFinding]:
         calls.append((pod_doc, claims))
-        return [Finding("feasibility", "error", "spec.containers[0]", "0/9 nodes are available", "", "unschedulable")]
+        return [ValidationFinding("feasibility", "error", "spec.containers[0]", "0/9 nodes are available", "", "unschedulable")]
 
     report = run(template(), with_template(job("train", parallelism=2)), pod(),
                  context=ValidationContext(feasibility=feasibility))
@@ -920,7 +920,7 @@ def test_feasibility_gets_each_pod_and_the_claims_and_paths_are_mapped() -> None
 
 
 def test_broken_hooks_become_warnings() -> None:
-    def broken(*_args: Any) -> list[Finding]:
+    def broken(*_args: Any) -> list[ValidationFinding]:
         raise RuntimeError("simulator down")
 
     report = run(pod(), context=ValidationContext(feasibility=broken, dry_run=broken))
@@ -931,9 +931,9 @@ def test_broken_hooks_become_warnings() -> None:
 def test_dry_run_gets_all_documents_and_is_skipped_after_hard_schema_errors() -> None:
     seen: list[list[dict[str, Any]]] = []
 
-    def dry_run(documents: list[dict[str, Any]]) -> list[Finding]:
+    def dry_run(documents: list[dict[str, Any]]) -> list[ValidationFinding]:
         seen.append(documents)
-        return [Finding("dry-run", "error", "documents[1].spec", "admission webhook denied", "", "denied")]
+        return [ValidationFinding("dry-run", "error", "documents[1].spec", "admission webhook denied", "", "denied")]
 
     report = run(template(), pod(), context=ValidationContext(dry_run=dry_run))
     assert len(seen[0]) == 2
@@ -1028,7 +1028,7 @@ def test_no_shape_of_document_makes_a_layer_raise() -> None:
                 json.dumps(report.as_json())
                 _run_layers_without_schema(documents, context)
                 format_text(report)
-                assert all(isinstance(f, Finding) and f.layer in (
+                assert all(isinstance(f, ValidationFinding) and f.layer in (
                     "parse", "schema", "semantics", "policy", "quota", "feasibility", "dry-run")
                     and f.severity in ("error", "warning", "info") for f in report.findings)
                 checked += 1

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from catalog.validation import Finding, ValidationContext, ValidationReport, validate_documents
+from catalog.validation import ValidationContext, ValidationFinding, ValidationReport, validate_documents
 from inventory.k8s.semantics import limit_range_defaults
 from tests.catalog.test_validation import (
     NS,
@@ -36,7 +36,7 @@ def check(*documents: dict[str, Any], quotas: list[dict[str, Any]] | None, **con
                                                                **context))
 
 
-def quota_findings(report: ValidationReport, code: str) -> list[Finding]:
+def quota_findings(report: ValidationReport, code: str) -> list[ValidationFinding]:
     return [f for f in report.findings if f.layer == "quota" and f.code == code]
 
 

@@ -31,8 +31,8 @@ from catalog.management.commands._inventory import require_inventory
 from catalog.services.manifests import snapshot_feasibility, snapshot_gang_feasibility, validation_context
 from catalog.validation import (
     MAX_BYTES,
-    Finding,
     ValidationContext,
+    ValidationFinding,
     ValidationReport,
     context_from_objects,
     format_text,
@@ -133,12 +133,12 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {name!r}: {exc.strerror or exc}", returncode=2) from None
         if len(data) > MAX_BYTES:
-            return ValidationReport(findings=[Finding(
+            return ValidationReport(findings=[ValidationFinding(
                 "parse", "error", "", f"the manifest is larger than {MAX_BYTES:,} bytes", "split it into several "
                 "manifests", "manifest-too-large")])
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return ValidationReport(findings=[Finding(
+            return ValidationReport(findings=[ValidationFinding(
                 "parse", "error", "", f"the manifest is not UTF-8 text (byte {exc.start})", "save it as UTF-8",
                 "not-utf8")])

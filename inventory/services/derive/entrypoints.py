@@ -1,0 +1,186 @@
+"""The entry points: recompute the derived rows of a scope (or of the whole cluster) and replace them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.models import (
+    ChangeEvent,
+    ClaimAllocation,
+    Device,
+    Finding,
+    Node,
+    Path,
+    ResourceSlice,
+)
+from inventory.representations import device_content_hash, device_documents
+from inventory.services.changes import changes_record, device_changes
+from inventory.services.derive.claims import claim_allocations_rebuild
+from inventory.services.derive.common import PoolKey
+from inventory.services.derive.dra import PoolState, dra_devices, pool_findings, pool_states
+from inventory.services.derive.intervals import claim_intervals_derive, claims_with_shares, pod_intervals_derive
+from inventory.services.derive.nodes import node_findings
+from inventory.services.derive.plugin import plugin_devices, pod_requests_by_node
+from inventory.services.derive.scopes import Scope
+from inventory.signals import devices_changed
+
+
+def _replace(model: type[Device] | type[Finding], cluster_id: int, scope_filter: Q, rows: list[Any],
+             unique: list[str], keep_fields: set[str], write: list[Any] | None = None) -> None:
+    """Make the rows of `scope_filter` exactly `rows`: upsert them (or only `write`, the changed ones), delete
+    the others."""
+    keys = {tuple(getattr(r, f) for f in unique if f != "cluster") for r in rows}
+    rows = rows if write is None else write
+    existing = model.objects.filter(Q(cluster_id=cluster_id) & scope_filter)
+    gone = [pk for pk, *key in existing.values_list("pk", *[f for f in unique if f != "cluster"])
+            if tuple(key) not in keys]
+    if gone:
+        model.objects.filter(pk__in=gone).delete()
+    if rows:
+        fields = [f.name for f in model._meta.concrete_fields
+                  if f.name not in {"id", "cluster", *unique, *keep_fields}]
+        model.objects.bulk_create(rows, batch_size=1000, update_conflicts=True, unique_fields=unique,
+                                  update_fields=fields)
+
+
+def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
+    """Recompute every derived row that depends on `scope` (None: the whole cluster). Bounded query count."""
+    scope = Scope.everything() if scope is None else scope
+    nodes, pools = scope.nodes, scope.pools
+    if scope.claim_uids is None or scope.claim_uids:
+        touched = claim_allocations_rebuild(cluster_id=cluster_id, claim_uids=scope.claim_uids)
+        if pools is not None:
+            pools = pools | touched
+        claim_intervals_derive(cluster_id=cluster_id, claim_uids=scope.claim_uids)
+    if scope.claim_uids is not None and (scope.pools is None or scope.pools):
+        # The shares of claims on consumable-capacity devices depend on the devices' published capacities: when a
+        # pool's slices change, re-derive the intervals of the claims holding shares there.
+        shared = claims_with_shares(cluster_id, scope.pools) - scope.claim_uids
+        if shared:
+            claim_intervals_derive(cluster_id=cluster_id, claim_uids=shared)
+    if scope.pod_uids is None or scope.pod_uids:
+        pod_intervals_derive(cluster_id=cluster_id, pod_uids=scope.pod_uids)
+
+    if nodes is None or pools is None:  # all devices: node and pool rows depend on each other
+        _derive_pools(cluster_id, None, pool_states(cluster_id, None))
+        _derive_nodes(cluster_id, None)
+        return
+    nodes, pools = set(nodes), set(pools)
+    if nodes:  # DRA devices carry their node's schedulability
+        pools |= set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True, node_name__in=nodes)
+                     .values_list("driver", "pool_name").distinct())
+    if pools:
+        states = pool_states(cluster_id, pools)
+        for state in states.values():  # node findings look at the node's DRA devices
+            nodes |= {r["node_name"] for r in state.current + state.stale if r["node_name"]}
+        _derive_pools(cluster_id, pools, states)
+    if nodes:
+        _derive_nodes(cluster_id, nodes)
+
+
+def _node_rows(cluster_id: int, nodes: set[str] | None) -> dict[str, dict[str, Any]]:
+    rows = Node.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
+    if nodes is not None:
+        rows = rows.filter(name__in=nodes)
+    return {r["name"]: r for r in rows.values("name", "labels", "capacity", "allocatable", "ready", "unschedulable")}
+
+
+def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[PoolKey, PoolState]) -> None:
+    allocations: dict[PoolKey, list[ClaimAllocation]] = defaultdict(list)
+    query = ClaimAllocation.objects.filter(cluster_id=cluster_id)
+    if pools is not None:
+        condition = Q(pk__in=[])
+        for driver, pool in pools:
+            condition |= Q(driver=driver, pool=pool)
+        query = query.filter(condition)
+    for allocation in query.order_by("claim_uid", "request", "device"):
+        allocations[(allocation.driver, allocation.pool)].append(allocation)
+    node_names = {r["node_name"] for s in states.values() for r in s.current if r["node_name"]}
+    per_device_nodes = {
+        str(d.get("nodeName")) for s in states.values() for r in s.current
+        for d in ((r["raw"].get("spec") or {}).get("devices") or []) if isinstance(d, dict) and d.get("nodeName")
+    }
+    nodes = _node_rows(cluster_id, node_names | per_device_nodes)
+    devices: list[Device] = []
+    findings: list[Finding] = []
+    for key in sorted(states):
+        pool_devices = dra_devices(cluster_id, states[key], allocations.get(key, []), nodes)
+        devices.extend(pool_devices)
+        findings.extend(pool_findings(cluster_id, states[key], pool_devices))
+    if pools is None:
+        device_scope, finding_scope = Q(path=Path.DRA), Q(scope__startswith="pool/")
+    else:
+        device_scope, finding_scope = Q(pk__in=[]), Q(pk__in=[])
+        for driver, pool in pools:
+            device_scope |= Q(path=Path.DRA, driver=driver, pool=pool)
+            finding_scope |= Q(scope=f"pool/{driver}/{pool}")
+    _replace_devices(cluster_id, device_scope, devices)
+    _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
+
+
+def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
+    """Replace the devices of `scope`, writing only rows whose content changed (most rows of a batch do not), and
+    the change-feed events of the rows whose CMDB snapshot changed."""
+    now = timezone.now()
+    current: dict[str, str] = {}
+    feed_hashes: dict[str, str] = {}
+    for key, content_hash, feed_hash in (Device.objects.filter(Q(cluster_id=cluster_id) & scope)
+                                         .values_list("key", "content_hash", "feed_hash")):
+        current[key], feed_hashes[key] = content_hash, feed_hash
+    changed = []
+    for device in devices:
+        device.content_hash = device_content_hash(device)
+        if current.get(device.key) == device.content_hash:
+            continue
+        device.updated_at = now
+        device.api_document, device.api_document_redacted = device_documents(device)
+        changed.append(device)
+    keys = {d.key for d in devices}
+    # The events first: generating them sets each rewritten row's feed_hash, which the replacement then stores.
+    changes_record(cluster_id=cluster_id, object_type=ChangeEvent.ObjectType.DEVICE,
+                   changes=device_changes(previous=feed_hashes, rewritten=changed, kept=keys))
+    _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set(), write=changed)
+    if changed or set(current) - keys:
+        _announce(cluster_id)
+
+
+def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
+    node_rows = _node_rows(cluster_id, nodes)
+    requested = pod_requests_by_node(cluster_id, nodes)
+    dra_by_node: dict[str, list[Device]] = defaultdict(list)
+    dra = Device.objects.filter(cluster_id=cluster_id, path=Path.DRA)
+    if nodes is not None:
+        dra = dra.filter(node_name__in=nodes)
+    for device in dra.only("key", "driver", "mode", "model", "memory_mib", "compute_capability", "driver_version",
+                           "node_name"):
+        dra_by_node[device.node_name].append(device)
+    devices: list[Device] = []
+    findings: list[Finding] = []
+    for name in sorted(node_rows):
+        node = node_rows[name]
+        plugin = plugin_devices(cluster_id, node, requested.get(name, {}))
+        devices.extend(plugin)
+        findings.extend(node_findings(cluster_id, node, plugin, dra_by_node.get(name, [])))
+    if nodes is None:
+        device_scope, finding_scope = Q(path=Path.DEVICE_PLUGIN), Q(scope__startswith="node/")
+    else:
+        device_scope = Q(path=Path.DEVICE_PLUGIN, node_name__in=nodes)
+        finding_scope = Q(scope__in=[f"node/{n}" for n in nodes])
+    _replace_devices(cluster_id, device_scope, devices)
+    _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
+
+
+def _announce(cluster_id: int) -> None:
+    """Tell listeners (the catalog's capacity refresh) after the commit. Robust: a listener's failure (Redis down) is
+    logged by Django and never propagates into the sync batch whose commit ran it, so it cannot end a watcher."""
+    transaction.on_commit(lambda: devices_changed.send(sender=Device, cluster_id=cluster_id), robust=True)
+
+
+def derive_cluster(*, cluster_id: int) -> None:
+    """Recompute every derived row of the cluster from scratch."""
+    derive_scope(cluster_id=cluster_id, scope=None)
