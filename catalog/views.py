@@ -40,6 +40,7 @@ from catalog.services.offerings import (
     price_delete,
     price_set,
 )
+from catalog.services.queues import offering_queues
 from inventory.models import DeviceClass
 from inventory.selectors import dra_unavailable_clusters
 from inventory.views import HtmxPartialMixin
@@ -268,6 +269,7 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
         )
         if not (self.request.htmx and not self.request.htmx.boosted):
             context["snippets"] = request_snippets(offering)
+            context["queues"] = offering_queues(offering)
         context["gang_defaults"] = {"pods": 4, "units": reference_request(offering)}
         return context
 
