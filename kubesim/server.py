@@ -23,6 +23,7 @@ from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission
 from .churn import Churn
 from .dcgm import Telemetry, TelemetryConfig
 from .faults import Faults
+from .kueue import KueueAdmission
 from .quota import QuotaAdmission
 from .store import Admit, ApiError, Store, make_filter, not_found
 
@@ -327,6 +328,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._send_error(ApiError(code, reason, msg, details), headers)
                 return
             self._handle(method, route, q, body)
+            if method in ("POST", "PUT", "PATCH", "DELETE"):  # Kueue's controller reacts to the write
+                self.sim.kueue.written(route.rt.group, route.subresource, q.get("dryRun") == "All")
         except ApiError as e:
             self._send_error(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -790,6 +793,7 @@ class Simulator:
         self.store = Store(history_limit=history_limit)
         self.admission = PolicyAdmission(self.store)
         self.quota = QuotaAdmission(self.store)
+        self.kueue = KueueAdmission(self.store)
         self.faults = Faults(self)
         self.churn = Churn(self)
         self._httpd: _Server | None = None
