@@ -74,7 +74,8 @@ class KueueAdmission:
         store = self._store
         with store.lock:
             queues = {so.key[1]: so.copy() for so in store.sorted_objects("clusterqueues")}
-            local = {so.key: _d(so.obj.get("spec")).get("clusterQueue") for so in store.sorted_objects("localqueues")}
+            local = {so.key: str(_d(so.obj.get("spec")).get("clusterQueue") or "")
+                     for so in store.sorted_objects("localqueues")}
             workloads = [so.copy() for so in store.sorted_objects("workloads")]
             used: dict[str, dict[tuple[str, str], Fraction]] = {name: {} for name in queues}
             for wl in workloads:
@@ -91,7 +92,7 @@ class KueueAdmission:
                                              _d(wl.get("metadata")).get("creationTimestamp") or ""))
             for wl in pending:
                 meta = _d(wl.get("metadata"))
-                target = local.get((meta.get("namespace", ""), _d(wl.get("spec")).get("queueName")))
+                target = local.get((meta.get("namespace", ""), _d(wl.get("spec")).get("queueName")), "")
                 if target not in queues:
                     continue
                 self._try(wl, target, queues[target], used[target])
@@ -102,7 +103,7 @@ class KueueAdmission:
         assignments = []
         for pod_set in _l(_d(wl.get("spec")).get("podSets")):
             pod_set = _d(pod_set)
-            count = pod_set.get("count") if isinstance(pod_set.get("count"), int) else 1
+            count: int = pod_set["count"] if isinstance(pod_set.get("count"), int) else 1
             demand = {r: a * count for r, a in _pod_set_requests(pod_set).items() if a > 0}
             flavors, message = self._assign(groups, demand, used)
             if message:
@@ -165,7 +166,7 @@ class KueueAdmission:
         wl["status"] = status
         self._store.update("workloads", wl, subresource="status", check_rv=False)
 
-    def _write_queue_status(self, queues: dict[str, dict[str, Any]], local: dict[tuple[str, str], Any],
+    def _write_queue_status(self, queues: dict[str, dict[str, Any]], local: dict[tuple[str, str], str],
                             workloads: list[dict[str, Any]], used: dict[str, dict[tuple[str, str], Fraction]]) -> None:
         counts: dict[str, list[int]] = {name: [0, 0] for name in queues}  # pending, admitted
         lq_counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in local}
