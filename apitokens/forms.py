@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.validators import MaxValueValidator
@@ -18,7 +18,7 @@ class ApiTokenForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         days = max_lifetime().days
-        field = self.fields["expires_in_days"]
+        field = cast(forms.IntegerField, self.fields["expires_in_days"])  # declared above
         field.max_value = days
         field.validators.append(MaxValueValidator(days))
         field.widget.attrs["max"] = days

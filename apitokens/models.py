@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.types import RequestUser
+
 
 def default_rate_limit() -> int:
     return int(getattr(settings, "PORTAL_API_TOKEN_RATE_LIMIT_PER_MINUTE", 600))
@@ -25,7 +27,7 @@ class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
         """Neither revoked nor expired at `now`."""
         return self.filter(revoked_at__isnull=True, expires_at__gt=now)
 
-    def for_user(self, user: object) -> Self:
+    def for_user(self, user: RequestUser) -> Self:
         return self.filter(user_id=getattr(user, "pk", None))
 
 

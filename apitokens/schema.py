@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 
 
-class ApiTokenScheme(OpenApiAuthenticationExtension):
+class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]  # drf-spectacular's registry
     target_class = "apitokens.authentication.TokenAuthentication"
     name = "apiToken"
 

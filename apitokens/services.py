@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -20,6 +21,7 @@ from apitokens.models import ApiToken, default_rate_limit
 from apitokens.scopes import scopes_parse
 from apitokens.tokens import token_generate
 from audit.services import audit_record
+from core.types import RequestUser
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # last_used_at is written at most this often per token
 _DURATION = re.compile(r"(?P<n>\d{1,4})(?P<unit>[dh])")
@@ -73,8 +75,8 @@ def _check_request(*, name: str, expires_at: datetime, now: datetime, rate_limit
 @transaction.atomic(durable=True)
 def api_token_create(
     *,
-    actor: Any,
-    user: Any,
+    actor: RequestUser | None,
+    user: User,
     name: str,
     scopes: list[str] | str,
     expires_at: datetime,
@@ -114,7 +116,7 @@ def api_token_create(
 
 
 @transaction.atomic(durable=True)
-def api_token_revoke(*, actor: Any, token_id: int, reason: str = "") -> ApiToken:
+def api_token_revoke(*, actor: RequestUser | None, token_id: int, reason: str = "") -> ApiToken:
     """Revoke a token at once (its next request answers 401). Owners revoke their own; `actor=None` (a command) or
     a superuser any. Revoking a revoked token is a no-op."""
     token = ApiToken.objects.select_for_update().select_related("user").get(pk=token_id)
@@ -124,7 +126,7 @@ def api_token_revoke(*, actor: Any, token_id: int, reason: str = "") -> ApiToken
         return token
     before = {"revoked_at": None}
     token.revoked_at = timezone.now()
-    token.revoked_by = actor if getattr(actor, "is_authenticated", False) else None
+    token.revoked_by = actor if isinstance(actor, User) and actor.is_authenticated else None
     token.save(update_fields=["revoked_at", "revoked_by"])
     audit_record(actor=actor, verb="api_token.revoked", target=token, before=before,
                  after={"revoked_at": token.revoked_at}, data={"prefix": token.prefix, "user": token.user.get_username()},
@@ -144,7 +146,7 @@ def api_token_touch(*, token: ApiToken, now: datetime) -> None:
 
 
 @transaction.atomic(durable=True)
-def service_account_create(*, actor: Any, username: str) -> Any:
+def service_account_create(*, actor: RequestUser | None, username: str) -> User:
     """A user that is active and has no usable password: it can only authenticate with API tokens."""
     user_model = get_user_model()
     if user_model.objects.filter(username=username).exists():
@@ -160,7 +162,7 @@ def service_account_create(*, actor: Any, username: str) -> Any:
     return user
 
 
-def is_service_account(user: Any) -> bool:
+def is_service_account(user: RequestUser) -> bool:
     return bool(user.is_active and not user.has_usable_password())
 
 

@@ -19,6 +19,7 @@ from apitokens.forms import ApiTokenForm
 from apitokens.models import ApiToken
 from apitokens.scopes import SCOPES
 from apitokens.services import api_token_create, api_token_revoke
+from core.types import AuthenticatedHttpRequest
 
 
 @method_decorator(never_cache, name="dispatch")
@@ -32,7 +33,7 @@ class ApiTokenListView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest) -> HttpResponse:
         return self._render(request, ApiTokenForm())
 
-    def post(self, request: HttpRequest) -> HttpResponse:
+    def post(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         form = ApiTokenForm(request.POST)
         if form.is_valid():
             try:

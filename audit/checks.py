@@ -39,7 +39,7 @@ def checkpoint_key_usable(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 @register(Tags.security, deploy=True)
 def database_is_not_a_test_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    found = []
+    found: list[CheckMessage] = []
     for alias in settings.DATABASES:
         name = str(settings.DATABASES[alias].get("NAME") or "")
         if settings.DATABASES[alias].get("ENGINE", "").endswith("postgresql") and name.startswith("test_"):
@@ -56,7 +56,7 @@ def database_is_not_a_test_database(app_configs: Any = None, **kwargs: Any) -> l
 def app_role_cannot_disable_the_triggers(app_configs: Any = None, databases: Any = None,
                                          **kwargs: Any) -> list[CheckMessage]:
     """Runs with `check --database default`: is the connected role bound by the append-only triggers?"""
-    found = []
+    found: list[CheckMessage] = []
     for alias in databases or []:
         connection = connections[alias]
         if connection.vendor != "postgresql":

@@ -10,6 +10,8 @@ from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.http import HttpRequest
 from rest_framework.permissions import BasePermission
 
+from core.types import RequestUser
+
 DEFAULT_READER_GROUPS = ("platform-admin", "finance")
 # The nav link reads this session flag instead of querying groups on every page; it is set at login and refreshed
 # whenever an audit page checks the real permission. Access itself is always checked against the database.
@@ -20,7 +22,7 @@ def reader_groups() -> list[str]:
     return list(getattr(settings, "PORTAL_AUDIT_READER_GROUPS", DEFAULT_READER_GROUPS))
 
 
-def is_audit_reader(user: Any) -> bool:
+def is_audit_reader(user: RequestUser) -> bool:
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
         return False
     if getattr(user, "is_superuser", False):
@@ -36,8 +38,8 @@ def remember_reader(request: HttpRequest, reader: bool) -> None:
 
 def nav_visible(request: HttpRequest) -> bool:
     """Whether to show the Audit nav link (no query for superusers or once the session knows)."""
-    user = getattr(request, "user", None)
-    if not getattr(user, "is_authenticated", False):
+    user: RequestUser | None = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
         return False
     if getattr(user, "is_superuser", False):
         return True

@@ -12,6 +12,7 @@ from django.utils import timezone
 from audit.chain import GENESIS, content, content_problem, digest
 from audit.context import current_context
 from audit.models import CURRENT_HASH_VERSION, HASH_V1, ActorKind, AuditEvent
+from core.types import RequestUser
 
 __all__ = ["GENESIS", "ChainProblem", "ChainReport", "audit_record", "audit_verify"]
 
@@ -45,10 +46,9 @@ def _jsonable(value: Any) -> Any:
     return _clean_json(orjson.loads(orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)))
 
 
-def _actor(actor: Any, actor_kind: str | None) -> tuple[int | None, str, str]:
+def _actor(actor: RequestUser | None, actor_kind: str | None) -> tuple[int | None, str, str]:
     """(actor_id, actor_name, actor_kind) of the acting user, the API token it authenticated with, or the system."""
-    authenticated = bool(actor is not None and getattr(actor, "is_authenticated", False))
-    if not authenticated:
+    if actor is None or not getattr(actor, "is_authenticated", False):
         return None, "system", actor_kind or ActorKind.SYSTEM
     name = actor.get_username()
     request = current_context().request
@@ -64,7 +64,7 @@ def _actor(actor: Any, actor_kind: str | None) -> tuple[int | None, str, str]:
 
 def audit_record(
     *,
-    actor: Any,
+    actor: RequestUser | None,
     verb: str,
     target: models.Model,
     data: dict[str, Any] | None = None,

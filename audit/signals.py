@@ -7,8 +7,9 @@ from typing import Any
 from django.http import HttpRequest
 
 from audit.permissions import is_audit_reader, remember_reader
+from core.types import RequestUser
 
 
-def remember_reader_on_login(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
+def remember_reader_on_login(sender: Any, request: HttpRequest | None, user: RequestUser, **kwargs: Any) -> None:
     if request is not None:
         remember_reader(request, is_audit_reader(user))

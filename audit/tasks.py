@@ -11,7 +11,7 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="audit.checkpoint")
+@shared_task(name="audit.checkpoint")  # type: ignore[untyped-decorator]
 def audit_checkpoint_task() -> int | None:
     """Hourly (beat, only when PORTAL_AUDIT_CHECKPOINT_KEY is set): sign and store a checkpoint of the chain head.
 

@@ -20,21 +20,10 @@ from audit.filtersets import AuditEventFilterSet
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.permissions import AuditReaderRequiredMixin
 from audit.services import audit_verify
+from core.htmx import HtmxPartialMixin, partial_template
 
 LIST_COLUMNS = ("id", "occurred_at", "actor_id", "actor_name", "actor_kind", "verb", "target_type", "target_id",
                 "target_repr", "request_id", "source_address")
-
-
-class HtmxPartialMixin:
-    """Answer htmx (non-boosted) requests with the template's `#results` partial only."""
-
-    request: HttpRequest
-    template_name: str
-
-    def get_template_names(self) -> list[str]:
-        if self.request.htmx and not self.request.htmx.boosted:  # type: ignore[attr-defined]
-            return [f"{self.template_name}#results"]
-        return [self.template_name]
 
 
 class AuditEventListView(AuditReaderRequiredMixin, HtmxPartialMixin, FilterView):
@@ -98,7 +87,4 @@ class AuditVerifyView(AuditReaderRequiredMixin, View):
         failed = [r for r in results if not r.ok]
         context = {"report": report, "checkpoints": results, "failed_checkpoints": failed,
                    "key_problem": key_problem, "intact": report.intact and not failed}
-        template = self.template_name
-        if request.htmx and not request.htmx.boosted:  # type: ignore[attr-defined]
-            template = f"{template}#verify-result"
-        return render(request, template, context)
+        return render(request, partial_template(request, self.template_name, "verify-result"), context)

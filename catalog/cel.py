@@ -41,7 +41,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory
 
-from inventory.errors import PortalError
+from core.errors import PortalError
 from inventory.k8s.semantics import QuantityError, parse_quantity
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength, in bytes (Go's len())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inventory.errors import PortalError
+from core.errors import PortalError
 
 
 class CatalogError(PortalError):

@@ -9,6 +9,7 @@ DeviceClass selectors plus the offering's own CEL selector (DRA).
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Self
 
@@ -151,7 +152,7 @@ class Offering(models.Model):
         """Whether the pool's device plugin refuses more than one unit per container (catalog/sharing.py)."""
         return refuses_more_than_one(self.unit_kind, self.fail_requests_greater_than_one)
 
-    def price_at(self, moment: object | None = None) -> OfferingPrice | None:
+    def price_at(self, moment: datetime | None = None) -> OfferingPrice | None:
         moment = moment or timezone.now()
         for price in self.prices.all():  # prefetched in lists
             if price.effective_from <= moment and (price.effective_to is None or moment < price.effective_to):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from catalog.models import CapacitySample, Offering, OfferingCapacity, OfferingPrice
 from catalog.services.capacity import fragmentation_index
 from catalog.services.compatibility import Verdict, offerings_check
+from core.types import RequestUser
 
 SUMMED = ("total_units", "allocatable", "held", "free", "unknown", "blocked", "feasible_nodes", "stranded",
           "pending_pods", "free_cards", "contested", "selector_errors")
@@ -56,7 +57,7 @@ def capacity_totals(rows: list[OfferingCapacity]) -> CapacityTotals:
     return totals
 
 
-def offerings_for(user: Any, *, include_all: bool = False) -> QuerySet[Offering]:
+def offerings_for(user: RequestUser, *, include_all: bool = False) -> QuerySet[Offering]:
     """Tenants browse active and deprecated offerings; curators may list proposals, retired and dismissed too."""
     queryset = Offering.objects.all() if include_all and user.has_perm("catalog.curate_offering") else (
         Offering.objects.browsable()
@@ -87,7 +88,7 @@ class CatalogFilters:
     lifecycle: str = ""
 
 
-def offering_rows(user: Any, filters: CatalogFilters) -> tuple[list[OfferingRow], str]:
+def offering_rows(user: RequestUser, filters: CatalogFilters) -> tuple[list[OfferingRow], str]:
     """Rows for the catalog list after filtering; the second item is the requirement's parse error, if any."""
     from catalog.services.compatibility import RequirementError
 

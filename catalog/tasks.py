@@ -16,7 +16,7 @@ from inventory.models import Cluster
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="catalog.capacity_refresh", ignore_result=True, acks_late=True)
+@shared_task(name="catalog.capacity_refresh", ignore_result=True, acks_late=True)  # type: ignore[untyped-decorator]
 def capacity_refresh_task(cluster_id: int | None = None) -> int:
     from catalog.services.capacity import capacity_refresh
 
@@ -30,14 +30,14 @@ def capacity_refresh_task(cluster_id: int | None = None) -> int:
     return written
 
 
-@shared_task(name="catalog.offerings_retire_due", ignore_result=True)
+@shared_task(name="catalog.offerings_retire_due", ignore_result=True)  # type: ignore[untyped-decorator]
 def offerings_retire_due_task() -> int:
     from catalog.services.offerings import offerings_retire_due
 
     return offerings_retire_due()
 
 
-@shared_task(name="catalog.discovery_run", ignore_result=True)
+@shared_task(name="catalog.discovery_run", ignore_result=True)  # type: ignore[untyped-decorator]
 def discovery_run_task() -> dict[str, int]:
     from catalog.services.discovery import discovery_run
 

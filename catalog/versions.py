@@ -12,7 +12,8 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     match = _VERSION.match(str(text or "").strip())
     if not match:
         return None
-    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+    major, minor, patch = (int(part or 0) for part in match.groups())
+    return major, minor, patch
 
 
 def format_version(version: tuple[int, ...], parts: int = 2) -> str:

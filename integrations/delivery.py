@@ -150,7 +150,7 @@ def backoff_seconds(attempts: int, *, retry_after: float | None = None, rng: ran
     Retry-After answer is honoured when it asks for longer, up to the cap."""
     base = float(settings.PORTAL_WEBHOOK_BACKOFF_SECONDS)
     cap = float(settings.PORTAL_WEBHOOK_BACKOFF_MAX_SECONDS)
-    delay = min(cap, base * 2 ** max(0, attempts - 1))
+    delay: float = min(cap, base * 2 ** max(0, attempts - 1))
     delay = delay / 2 + (rng or random).uniform(0, delay / 2)
     if retry_after is not None:
         delay = max(delay, min(cap, retry_after))

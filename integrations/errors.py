@@ -1,6 +1,6 @@
 """Errors of the integrations app; PortalError subclasses become 400 answers in the API."""
 
-from inventory.errors import PortalError
+from core.errors import PortalError
 
 
 class WebhookValidationError(PortalError):

@@ -8,8 +8,10 @@ from typing import Any
 from django.conf import settings
 from rest_framework.permissions import BasePermission
 
+from core.types import RequestUser
 
-def is_webhook_admin(user: Any) -> bool:
+
+def is_webhook_admin(user: RequestUser) -> bool:
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
         return False
     if getattr(user, "is_superuser", False):

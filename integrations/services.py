@@ -13,12 +13,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import audit_record
+from core.types import RequestUser
 from integrations.addresses import url_check
 from integrations.delivery import Outcome, backoff_seconds, body_and_headers, post, url_for_log
 from integrations.errors import WebhookValidationError
@@ -56,7 +58,7 @@ def _check(*, url: str | None = None, secret: str | None = None) -> None:
 
 
 def webhook_subscription_create(
-    *, actor: Any, name: str, url: str, secret: str, event_types: list[str], active: bool = True,
+    *, actor: RequestUser | None, name: str, url: str, secret: str, event_types: list[str], active: bool = True,
 ) -> WebhookSubscription:
     """Create a subscription; it receives events dispatched from now on. Audited (without the secret). The URL's
     host must not be, or resolve to, a loopback, private, link-local or metadata address (unless allow-listed);
@@ -69,17 +71,17 @@ def webhook_subscription_create(
 
 @transaction.atomic(durable=True)
 def _subscription_create(
-    *, actor: Any, name: str, url: str, secret: str, event_types: list[str], active: bool,
+    *, actor: RequestUser | None, name: str, url: str, secret: str, event_types: list[str], active: bool,
 ) -> WebhookSubscription:
     subscription = WebhookSubscription.objects.create(
         name=name, url=url, secret=secret, event_types=event_types_validate(event_types), active=active,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_by=actor if isinstance(actor, User) and actor.is_authenticated else None,
     )
     audit_record(actor=actor, verb="webhook.created", target=subscription, after=_state(subscription))
     return subscription
 
 
-def webhook_subscription_update(*, actor: Any, subscription_id: int, **changes: Any) -> WebhookSubscription:
+def webhook_subscription_update(*, actor: RequestUser | None, subscription_id: int, **changes: Any) -> WebhookSubscription:
     """Change name, url, secret, event_types or active. Audited; the audit says whether the secret changed. A new
     URL is checked like a new subscription's (resolved before the transaction opens)."""
     allowed = {"name", "url", "secret", "event_types", "active"}
@@ -92,7 +94,7 @@ def webhook_subscription_update(*, actor: Any, subscription_id: int, **changes: 
 
 
 @transaction.atomic(durable=True)
-def _subscription_update(*, actor: Any, subscription_id: int, changes: dict[str, Any]) -> WebhookSubscription:
+def _subscription_update(*, actor: RequestUser | None, subscription_id: int, changes: dict[str, Any]) -> WebhookSubscription:
     subscription = WebhookSubscription.objects.select_for_update().get(pk=subscription_id)
     before = _state(subscription)
     _check(url=changes.get("url"), secret=changes.get("secret"))
@@ -108,7 +110,7 @@ def _subscription_update(*, actor: Any, subscription_id: int, changes: dict[str,
 
 
 @transaction.atomic(durable=True)
-def webhook_subscription_delete(*, actor: Any, subscription_id: int) -> None:
+def webhook_subscription_delete(*, actor: RequestUser | None, subscription_id: int) -> None:
     """Delete a subscription and its delivery log. Audited."""
     subscription = WebhookSubscription.objects.select_for_update().get(pk=subscription_id)
     audit_record(actor=actor, verb="webhook.deleted", target=subscription, before=_state(subscription))
@@ -116,7 +118,7 @@ def webhook_subscription_delete(*, actor: Any, subscription_id: int) -> None:
 
 
 @transaction.atomic(durable=True)
-def webhook_ping(*, actor: Any, subscription_id: int) -> WebhookDelivery:
+def webhook_ping(*, actor: RequestUser | None, subscription_id: int) -> WebhookDelivery:
     """Queue a `ping` delivery (same headers and signature as real events) to test an endpoint. Audited: a person
     makes the portal send a request to the subscription's URL."""
     subscription = WebhookSubscription.objects.get(pk=subscription_id)
@@ -124,7 +126,7 @@ def webhook_ping(*, actor: Any, subscription_id: int) -> WebhookDelivery:
         subscription=subscription, source=Source.PING, event_id=None, event_type="ping",
         payload={"type": "ping", "source": "portal",
                  "event": {"subscription": subscription.name,
-                           "requested_by": actor.get_username() if getattr(actor, "is_authenticated", False) else ""}},
+                           "requested_by": actor.get_username() if actor is not None and actor.is_authenticated else ""}},
         next_attempt_at=timezone.now(),
     )
     audit_record(actor=actor, verb="webhook.pinged", target=subscription, data={"delivery": delivery.pk})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 
-@shared_task(name="integrations.webhooks_dispatch", ignore_result=True)
+@shared_task(name="integrations.webhooks_dispatch", ignore_result=True)  # type: ignore[untyped-decorator]
 def webhooks_dispatch_task() -> int:
     """Create deliveries for new change-feed and audit events; re-enqueue deliveries whose task was lost."""
     from integrations.services import webhook_deliveries_requeue, webhooks_dispatch
@@ -16,7 +16,7 @@ def webhooks_dispatch_task() -> int:
     return len(created)
 
 
-@shared_task(name="integrations.webhook_deliver", ignore_result=True, acks_late=True)
+@shared_task(name="integrations.webhook_deliver", ignore_result=True, acks_late=True)  # type: ignore[untyped-decorator]
 def webhook_deliver_task(delivery_id: int) -> str:
     """One attempt; the service schedules the next one (backoff) itself, so no Celery autoretry here."""
     from integrations.services import webhook_delivery_attempt
@@ -25,7 +25,7 @@ def webhook_deliver_task(delivery_id: int) -> str:
     return "not due" if delivery is None else delivery.status
 
 
-@shared_task(name="integrations.webhook_deliveries_prune", ignore_result=True)
+@shared_task(name="integrations.webhook_deliveries_prune", ignore_result=True)  # type: ignore[untyped-decorator]
 def webhook_deliveries_prune_task() -> int:
     from integrations.services import webhook_deliveries_prune
 

@@ -26,7 +26,7 @@ def field_encryption_keys_set(app_configs: Any = None, **kwargs: Any) -> list[Ch
 def field_encryption_keys_valid(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     from cryptography.fernet import Fernet
 
-    found = []
+    found: list[CheckMessage] = []
     for position, key in enumerate(getattr(settings, "PORTAL_FIELD_ENCRYPTION_KEYS", []), 1):
         if not key:
             continue

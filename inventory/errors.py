@@ -1,12 +1,6 @@
-"""Exception hierarchy. `PortalError` lives at the bottom of the dependency graph so every app can subclass it."""
+"""Errors of the inventory: talking to clusters, leases, the change feed. Their base, `PortalError`, is in core."""
 
-
-class PortalError(Exception):
-    """Base of every domain error; the API maps subclasses to 4xx answers."""
-
-
-class StateConflictError(PortalError):
-    """The object is not in a state that allows the operation (the API answers 409, not 400)."""
+from core.errors import PortalError, StateConflictError
 
 
 class ClusterError(PortalError):
@@ -44,8 +38,8 @@ class ClusterConfigError(ClusterError):
     """The cluster's connection settings are unusable (bad kubeconfig, unknown context)."""
 
 
-class LeaseLostError(PortalError):
-    """This watcher no longer holds its lease (a successor has a higher fencing token); stop writing."""
+class LeaseLostError(StateConflictError):
+    """This watcher no longer holds its lease (a successor has a higher fencing token); stop writing (409 in the API)."""
 
 
 class ChangeFeedCursorError(PortalError):

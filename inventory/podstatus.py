@@ -37,17 +37,17 @@ LAYER_NODE_SETUP = "device-plugin/runtime/CDI/image"
 LAYER_APPLICATION = "driver/library/model/memory"
 
 
-def pod_extended_requests(pod: dict) -> dict[str, int]:
+def pod_extended_requests(pod: dict[str, Any]) -> dict[str, int]:
     """Effective vendor extended-resource request of the pod (positive integers only); {} for malformed input."""
     return pod_resources(pod).extended_requests()
 
 
-def pod_request_problems(pod: dict) -> list[str]:
+def pod_request_problems(pod: dict[str, Any]) -> list[str]:
     """Human-readable problems with the pod's extended-resource requests/limits, in spec order; [] if none."""
     return pod_resources(pod).extended_messages
 
 
-def pod_claim_names(pod: dict) -> list[str]:
+def pod_claim_names(pod: dict[str, Any]) -> list[str]:
     """Names of ResourceClaims the pod uses (direct, generated from templates, extended-resource claim); unique, in order."""
     spec = _dict(_dict(pod).get("spec"))
     status = _dict(_dict(pod).get("status"))
@@ -69,16 +69,17 @@ def pod_claim_names(pod: dict) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def pod_claim_served_resources(pod: dict) -> set[str]:
+def pod_claim_served_resources(pod: dict[str, Any]) -> set[str]:
     """Extended resources of the pod that the scheduler satisfied with a DRA claim instead of a device plugin
     (DRAExtendedResource): the `resourceName`s of `status.extendedResourceClaimStatus.requestMappings`. Those units
     are the generated claim's devices; no device-plugin unit serves them. Empty for malformed input."""
     status = _dict(_dict(pod).get("status"))
     mappings = _list(_dict(status.get("extendedResourceClaimStatus")).get("requestMappings"))
-    return {name for entry in mappings if is_extended_resource(name := _dict(entry).get("resourceName"))}
+    return {name for entry in mappings
+            if isinstance(name := _dict(entry).get("resourceName"), str) and is_extended_resource(name)}
 
 
-def pod_rejected_at_admission(pod: dict) -> bool:
+def pod_rejected_at_admission(pod: dict[str, Any]) -> bool:
     """True when the kubelet refused the pod after the scheduler bound it (phase Failed, reason
     UnexpectedAdmissionError, e.g. the device plugin's Allocate failed, or OutOf<resource>): no container was
     created and no device was assigned, so the pod never held its extended resources."""
@@ -87,7 +88,7 @@ def pod_rejected_at_admission(pod: dict) -> bool:
     return _str(status.get("phase")) == "Failed" and (reason == "UnexpectedAdmissionError" or reason.startswith("OutOf"))
 
 
-def is_accelerator_pod(pod: dict) -> bool:
+def is_accelerator_pod(pod: dict[str, Any]) -> bool:
     """True if the pod requests any vendor extended resource or uses (or will use) any ResourceClaim."""
     if pod_extended_requests(pod) or pod_claim_names(pod):
         return True
@@ -235,7 +236,7 @@ def _scheduled_detail(status: dict[str, Any]) -> str:
     return "Pending"
 
 
-def pod_stage(pod: dict) -> PodStage:
+def pod_stage(pod: dict[str, Any]) -> PodStage:
     """Classify a pod's stage and implicated layer per DESIGN §2; malformed input gives Stage.UNKNOWN, never raises."""
     if not isinstance(pod, dict):
         return PodStage(Stage.UNKNOWN, "", "", 0, None, False)

@@ -17,6 +17,8 @@ from typing import Any
 
 from django.conf import settings
 
+from core.types import RequestUser
+
 REDACTED = "redacted"
 _SENSITIVE_NAME = re.compile(r"uuid|serial|pcibusid|pcieroot", re.IGNORECASE)
 _CACHE_ATTR = "_portal_can_see_sensitive"
@@ -25,13 +27,13 @@ _SCOPES_ATTR = "api_token_scopes"
 SENSITIVE_SCOPE = "inventory:sensitive"
 
 
-def can_see_sensitive(user: Any) -> bool:
+def can_see_sensitive(user: RequestUser | None) -> bool:
     """True for superusers and members of a platform role; cached on the user object (one query per request).
 
     A request authenticated with an API token also needs the token's `inventory:sensitive` scope, whatever the
     user's roles. That check comes before the cache and costs nothing, so the cached role answer stays valid.
     """
-    if not getattr(user, "is_authenticated", False):
+    if user is None or not user.is_authenticated:
         return False
     token_scopes = getattr(user, _SCOPES_ATTR, None)
     if token_scopes is not None and SENSITIVE_SCOPE not in token_scopes:
@@ -50,7 +52,7 @@ def is_sensitive_name(name: object) -> bool:
     return bool(_SENSITIVE_NAME.search(text)) or text.rsplit("/", 1)[-1].lower() == "parent"
 
 
-def redact_tree(value: Any, user: Any) -> Any:
+def redact_tree(value: Any, user: RequestUser) -> Any:
     """A copy of a JSON value with the values of sensitive keys (at any depth) replaced by REDACTED."""
     if can_see_sensitive(user):
         return value
@@ -67,14 +69,15 @@ def redact_json(value: Any) -> Any:
 
 
 
-def redact_attributes(attrs: Any, user: Any) -> dict[str, Any]:
+def redact_attributes(attrs: Any, user: RequestUser) -> dict[str, Any]:
     """DRA attributes/capacities (``{"uuid": {"string": "GPU-…"}}``) with sensitive values hidden from non-platform users."""
     if not isinstance(attrs, dict):
         return {}
-    return redact_tree(attrs, user)
+    redacted: dict[str, Any] = redact_tree(attrs, user)
+    return redacted
 
 
-def redact_value(name: str, value: Any, user: Any) -> Any:
+def redact_value(name: str, value: Any, user: RequestUser) -> Any:
     """One named value (e.g. ``Device.parent``): REDACTED when the name is sensitive and the user may not see it."""
     if value in ("", None) or can_see_sensitive(user) or not is_sensitive_name(name):
         return value
@@ -114,7 +117,7 @@ def known_node_names() -> frozenset[str]:
     return _names_cache[1]
 
 
-def redacts_node_names(user: Any) -> bool:
+def redacts_node_names(user: RequestUser | None) -> bool:
     """Whether API answers to `user` carry node pseudonyms instead of node names."""
     return bool(settings.PORTAL_REDACT_NODE_NAMES) and not can_see_sensitive(user)
 
@@ -178,7 +181,7 @@ class NodeNameRedactionMiddleware:
 HOLDER_FIELDS = ("claim_uid", "claim_namespace", "claim_name", "request_name", "share_id", "sharing_detail")
 
 
-def holder_rule(user: Any) -> Callable[[int, str], bool]:
+def holder_rule(user: RequestUser) -> Callable[[int, str], bool]:
     """May `user` see who holds a device, or which pod runs on a node, in a namespace? In the namespaces the user may
     see (their tenants'; every namespace for the roles that see every tenant, as the pods and claims lists do) and,
     with `inventory:sensitive` on a token, everywhere for platform roles. Everybody else learns that a unit is in
@@ -191,7 +194,7 @@ def holder_rule(user: Any) -> Callable[[int, str], bool]:
     return lambda cluster_id, namespace: not namespace or scope.allows(cluster_id, namespace)
 
 
-def holder_visible(user: Any, cluster_id: int, namespace: str) -> bool:
+def holder_visible(user: RequestUser, cluster_id: int, namespace: str) -> bool:
     """`holder_rule` for one row."""
     return holder_rule(user)(cluster_id, namespace)
 

@@ -32,7 +32,7 @@ _REDACTED_FIELDS = {"attributes", "capacities", "consumes_counters"}
 def _iso(value: Any) -> str | None:
     if value is None:
         return None
-    text = value.isoformat()
+    text: str = value.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text  # as DRF renders datetimes
 
 

@@ -24,6 +24,8 @@ from typing import Any
 from django.core import checks
 from django.db.models import Q
 
+from core.types import RequestUser
+
 
 @dataclass(frozen=True)
 class NamespaceScope:
@@ -79,14 +81,14 @@ def tenancy_registered() -> bool:
     return _tenancy.scope is not None and _tenancy.targets is not None
 
 
-def scope_for(user: Any) -> NamespaceScope:
+def scope_for(user: RequestUser | None) -> NamespaceScope:
     """The namespaces whose rows `user` may see; NOTHING for anonymous users and when no tenancy is registered."""
     if not getattr(user, "is_authenticated", False) or _tenancy.scope is None:
         return NOTHING
     return _tenancy.scope(user)
 
 
-def targets_for(user: Any, cluster: Any) -> list[str]:
+def targets_for(user: RequestUser | None, cluster: Any) -> list[str]:
     """The namespaces of `cluster` the user may target (generate, validate against quota, dry-run); [] when no
     tenancy is registered or the user is anonymous."""
     if not getattr(user, "is_authenticated", False) or _tenancy.targets is None:

@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from core.types import RequestUser
 from inventory.k8s.discovery import DRA_KINDS, VAP_KINDS, ApiDiscovery
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.k8s.semantics.kueue import QueueState, queue_fit, quotas_from_json, usage_from_json
@@ -311,7 +312,7 @@ def _priority(workload: Workload) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def queued_workloads(user: object, *, cluster_id: int | None = None, namespace: str = "",
+def queued_workloads(user: RequestUser, *, cluster_id: int | None = None, namespace: str = "",
                      limit: int = 100) -> list[QueuedWorkload]:
     """The user's pending Kueue Workloads (tenant scoped like pods) with the reason each waits."""
     pending = Workload.objects.live().visible_to(user).filter(state=Workload.State.PENDING)

@@ -91,7 +91,8 @@ def _from_parameters(driver: str, parameters: Any) -> Sharing:
         interval = _text(config.get("interval")) if isinstance(config, Mapping) else ""
         return Sharing(Strategy.TIME_SLICING, f"interval {interval or 'Default'}", source)
     if strategy == "MPS":
-        config = sharing.get("mpsConfig") if isinstance(sharing.get("mpsConfig"), Mapping) else {}
+        config = sharing.get("mpsConfig")
+        config = config if isinstance(config, Mapping) else {}
         percentage = config.get("defaultActiveThreadPercentage")
         percentage = percentage if isinstance(percentage, int) and not isinstance(percentage, bool) else None
         limit = _text(config.get("defaultPinnedDeviceMemoryLimit"))
@@ -151,6 +152,7 @@ def sharing_for_class(configs: Iterable[Any]) -> Sharing:
 
 
 def class_config(raw_class: Mapping[str, Any]) -> list[Any]:
-    spec = raw_class.get("spec") if isinstance(raw_class.get("spec"), Mapping) else {}
+    spec = raw_class.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
     config = spec.get("config")
     return config if isinstance(config, list) else []

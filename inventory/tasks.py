@@ -47,7 +47,7 @@ def _clear_enqueue(state_id: int) -> None:
         cache.delete(key)
 
 
-@shared_task(name="inventory.watchers_ensure", ignore_result=True)
+@shared_task(name="inventory.watchers_ensure", ignore_result=True)  # type: ignore[untyped-decorator]
 def watchers_ensure_task() -> int:
     """Keep one watcher per (cluster, kind) alive. Returns how many windows it enqueued."""
     backend = lease_backend()
@@ -62,7 +62,7 @@ def watchers_ensure_task() -> int:
     return started
 
 
-@shared_task(name="inventory.watch_window", ignore_result=True, acks_late=True)
+@shared_task(name="inventory.watch_window", ignore_result=True, acks_late=True)  # type: ignore[untyped-decorator]
 def watch_window_task(cluster_id: int, kind: str) -> str:
     """One bounded list/watch window under the (cluster, kind) lease; hands over to a successor at the end."""
     state = sync_state_for(cluster_id=cluster_id, kind=kind)
@@ -104,7 +104,7 @@ def watch_window_task(cluster_id: int, kind: str) -> str:
     return outcome
 
 
-@shared_task(name="inventory.change_events_prune", ignore_result=True)
+@shared_task(name="inventory.change_events_prune", ignore_result=True)  # type: ignore[untyped-decorator]
 def change_events_prune_task() -> int:
     """Beat (daily): drop change-feed events older than PORTAL_CHANGE_RETENTION_DAYS, keeping each object's latest."""
     from inventory.services.changes import change_events_prune

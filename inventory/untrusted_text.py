@@ -82,7 +82,7 @@ class _Loader(yaml.SafeLoader):
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML is untyped
         if isinstance(event, yaml.AliasEvent):
             raise UntrustedTextError("YAML aliases (*name) are not accepted", "yaml-alias", event.start_mark)
         if getattr(event, "anchor", None):

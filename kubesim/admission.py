@@ -38,7 +38,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
 
 from . import resources as res
-from .store import ApiError, Store
+from .errors import ApiError
+from .store import Store
 
 POLICIES = "validatingadmissionpolicies"
 BINDINGS = "validatingadmissionpolicybindings"

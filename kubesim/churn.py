@@ -8,7 +8,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .store import ApiError, now_ts
+from .errors import ApiError
+from .store import now_ts
 
 if TYPE_CHECKING:
     from .server import Simulator

@@ -254,7 +254,7 @@ class Telemetry:
         return self._plugin_units(node, labels)
 
     def _card(self, node: str, index: int, model: str, memory: int, driver: str) -> Unit:
-        from .scenario import _uid
+        from .scenario.common import _uid
 
         return Unit(node, index, "GPU-" + _uid(self.seed, "gpu", node, str(index)), model, memory, driver)
 
@@ -293,7 +293,7 @@ class Telemetry:
 
     def _mig_units(self, name: str, labels: dict[str, str], model: str, driver: str, count: int, strategy: str,
                    pods: list[dict[str, Any]]) -> list[Unit]:
-        from .scenario import MIG_CONFIGS
+        from .scenario.gpus import MIG_CONFIGS
 
         layout = MIG_CONFIGS.get(labels.get("nvidia.com/mig.config", ""), {})
         if not layout:

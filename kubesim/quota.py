@@ -18,8 +18,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from .errors import ApiError
 from .scenario import ScenarioError, parse_quantity
-from .store import ApiError, Store
+from .store import Store
 
 QOS_RESOURCES = ("cpu", "memory")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")

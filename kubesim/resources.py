@@ -367,6 +367,18 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         return "<unknown>" if ts is None else human_duration((now - ts).total_seconds())
     if how == "ns_status":
         return status.get("phase", "Active")
+    if how.startswith("node_"):
+        return _node_cell(how, meta, spec, status)
+    if how.startswith("pod_"):
+        return _pod_cell(how, spec, status)
+    if how.startswith("ev_"):
+        return _event_cell(obj, how, meta, now)
+    if how.startswith(("slice_", "claim_")):
+        return _dra_cell(how, spec, status)
+    return _admission_cell(obj, how, spec)
+
+
+def _node_cell(how: str, meta: dict, spec: dict, status: dict) -> str:
     if how == "node_status":
         ready = "Unknown"
         for c in status.get("conditions") or []:
@@ -382,6 +394,10 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         return ",".join(r for r in roles if r) or "<none>"
     if how == "node_version":
         return (status.get("nodeInfo") or {}).get("kubeletVersion", "")
+    return ""
+
+
+def _pod_cell(how: str, spec: dict, status: dict) -> str | int:
     if how == "pod_ready":
         cs = status.get("containerStatuses") or []
         total = len(spec.get("containers") or []) or len(cs)
@@ -392,6 +408,10 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         return sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
     if how == "pod_node":
         return spec.get("nodeName") or "<none>"
+    return ""
+
+
+def _event_cell(obj: dict, how: str, meta: dict, now: dt.datetime) -> str:
     if how == "ev_last_seen":
         ts = parse_time(obj.get("lastTimestamp") or obj.get("eventTime") or meta.get("creationTimestamp"))
         return "<unknown>" if ts is None else human_duration((now - ts).total_seconds())
@@ -404,6 +424,11 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         return obj.get("reason", "")
     if how == "ev_message":
         return obj.get("message", "")
+    return ""
+
+
+def _dra_cell(how: str, spec: dict, status: dict) -> str:
+    """Cells of ResourceSlices and ResourceClaims."""
     if how == "slice_node":
         return spec.get("nodeName") or ""
     if how == "slice_driver":
@@ -414,7 +439,7 @@ def _cell(obj: dict, how: str, now: dt.datetime):
         if status.get("allocation"):
             return "allocated,reserved" if status.get("reservedFor") else "allocated"
         return "pending"
-    return _admission_cell(obj, how, spec)
+    return ""
 
 
 def _admission_cell(obj: dict, how: str, spec: dict) -> str | int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import http.server
@@ -22,10 +21,13 @@ from . import resources as res
 from .admission import DEFAULT_GROUPS, DEFAULT_USER, Attributes, PolicyAdmission, warning_header
 from .churn import Churn
 from .dcgm import Telemetry, TelemetryConfig
+from .errors import ApiError, not_found
 from .faults import Faults
 from .kueue import KueueAdmission
+from .protobuf import decode_protobuf
 from .quota import QuotaAdmission
-from .store import Admit, ApiError, Store, make_filter, not_found
+from .selectors import make_filter
+from .store import Admit, Store, Watcher
 
 MAX_WATCH_SECONDS = 1800.0
 BOOKMARK_INTERVAL = 1.0
@@ -36,7 +38,6 @@ PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+cbor": "unsupported",
 }
-PROTOBUF_KINDS = ("Namespace", "ConfigMap")
 CONTROL_RESTORE = "/kubesim/restore"  # not a Kubernetes path: the simulator's own control endpoint
 
 
@@ -67,91 +68,52 @@ def _parse_body(raw: bytes, allow_yaml: bool = False):
         raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
 
 
-def _pb_fields(buf: bytes):
-    """Yield (field number, wire type, value) from a protobuf message."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _pb_varint(buf, i)
-        fno, wt = key >> 3, key & 7
-        if wt == 0:
-            val, i = _pb_varint(buf, i)
-        elif wt == 2:
-            ln, i = _pb_varint(buf, i)
-            val, i = buf[i : i + ln], i + ln
-        elif wt == 1:
-            val, i = buf[i : i + 8], i + 8
-        elif wt == 5:
-            val, i = buf[i : i + 4], i + 4
+def _method_not_allowed() -> ApiError:
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+
+class _WatchEvents:
+    """How one watch encodes its events: selectors applied like a real server, objects in full or as Table rows."""
+
+    def __init__(self, r: _Route, flt, table: bool, include: str, full) -> None:
+        self.r = r
+        self.flt = flt
+        self.table = table
+        self.include = include
+        self.full = full
+
+    def filtered(self, ev):
+        """Apply selectors like a real server: objects moving in/out of the selection become ADDED/DELETED."""
+        etype, so, prev = ev
+        if self.flt is None:
+            return etype, so
+        now_in = self.flt(so)
+        if etype != "MODIFIED" or prev is None:
+            return (etype, so) if now_in else (etype, None)
+        was_in = self.flt(prev)
+        if now_in and was_in:
+            return etype, so
+        if now_in:
+            return "ADDED", so
+        if was_in:
+            return "DELETED", so
+        return etype, None
+
+    def encode(self, etype: str, so) -> bytes:
+        if self.table:
+            obj = orjson.dumps(res.table(self.r.rt, [so.obj], self.include, {"resourceVersion": str(so.rv)}))
         else:
-            raise ValueError("unsupported wire type")
-        yield fno, wt, val
+            obj = self.full(so)
+        return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
 
+    def encode_all(self, events) -> list[bytes]:
+        """The events the selectors keep, encoded."""
+        return [self.encode(t, so) for t, so in (self.filtered(ev) for ev in events) if so is not None]
 
-def _pb_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def _pb_map_entry(buf: bytes) -> tuple[str, bytes]:
-    entry = {f: v for f, _, v in _pb_fields(buf)}
-    return entry.get(1, b"").decode(), entry.get(2, b"")
-
-
-def _decode_object_meta(buf: bytes) -> dict:
-    """The ObjectMeta fields a create request carries: names, labels and annotations."""
-    meta: dict = {}
-    for f, _, v in _pb_fields(buf):
-        if f in (1, 2, 3) and v:
-            meta[{1: "name", 2: "generateName", 3: "namespace"}[f]] = v.decode()
-        elif f in (11, 12):
-            key, value = _pb_map_entry(v)
-            meta.setdefault("labels" if f == 11 else "annotations", {})[key] = value.decode()
-    return meta
-
-
-def _decode_configmap_field(obj: dict, f: int, v: bytes | int) -> None:
-    """ConfigMap: data = 2 (map<string,string>), binaryData = 3 (map<string,bytes>), immutable = 4 (bool)."""
-    if f == 4 and isinstance(v, int):
-        obj["immutable"] = bool(v)
-    elif f in (2, 3) and isinstance(v, bytes):
-        key, value = _pb_map_entry(v)
-        if f == 2:
-            obj.setdefault("data", {})[key] = value.decode()
-        else:
-            obj.setdefault("binaryData", {})[key] = base64.b64encode(value).decode()
-
-
-def _decode_protobuf(raw: bytes) -> dict:
-    """Decode a Kubernetes protobuf envelope (kubectl create namespace / configmap): a Namespace's metadata, a
-    ConfigMap's metadata, data, binaryData and immutable."""
-    if not raw.startswith(b"k8s\x00"):
-        raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
-    try:
-        env = {f: v for f, _, v in _pb_fields(raw[4:])}
-        type_meta = {f: v.decode() for f, _, v in _pb_fields(env.get(1, b""))}
-        api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
-        if api_version != "v1" or kind not in PROTOBUF_KINDS:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"kubesim only accepts JSON bodies for {kind or 'this kind'}"
-                " (protobuf is supported for Namespace and ConfigMap only)",
-            )
-        obj: dict = {"apiVersion": api_version, "kind": kind, "metadata": {}}
-        for f, _, v in _pb_fields(env.get(2, b"")):
-            if f == 1:
-                obj["metadata"] = _decode_object_meta(v)
-            elif kind == "ConfigMap":
-                _decode_configmap_field(obj, f, v)
-        return obj
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}") from e
+    def bookmark(self, rv_now: int) -> bytes:
+        obj = {"kind": self.r.rt.kind, "apiVersion": self.r.rt.api_version,
+               "metadata": {"resourceVersion": str(rv_now)}}
+        return b'{"type":"BOOKMARK","object":' + orjson.dumps(obj) + b"}\n"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -402,100 +364,105 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ verbs
     def _handle(self, method: str, r: _Route, q: dict, body: bytes):
-        store = self.sim.store
         dry_run = q.get("dryRun") == "All"
         if method == "GET":
+            self._get(r, q)
+        elif method == "POST":
+            self._create(r, q, body, dry_run)
+        elif method == "PUT":
+            self._replace(r, q, body, dry_run)
+        elif method == "PATCH":
             if r.name is None:
-                if q.get("watch") in ("true", "1", "True"):
-                    self._watch(r, q)
-                else:
-                    self._list(r, q)
-                return
-            so = store.get_stored(r.rt.plural, r.namespace, r.name)
-            if so is None:
-                raise not_found(r.rt.plural, r.name)
-            if self._wants_table():
-                self._send_json(
-                    200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
-                )
-            else:
-                self._send(200, self._full(r, so))
-            return
-        if method == "POST":
-            if r.name is not None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
-            if "protobuf" in (self.headers.get("Content-Type") or ""):
-                obj = _decode_protobuf(body)
-            else:
-                obj = _parse_body(body)
-            self._fix_namespace(r, obj)
-            admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
-            obj = patchmod.record_update(None, self._stored(r, obj), self._manager(q), r.rt.api_version)
-            out = store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
-            self._send_json(201, self._served(r, out))
-            return
-        if method == "PUT":
-            if r.name is None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
-            if "protobuf" in (self.headers.get("Content-Type") or ""):
-                raise ApiError(415, "UnsupportedMediaType", "kubesim only accepts JSON bodies for updates")
-            obj = _parse_body(body)
-            self._fix_namespace(r, obj)
-            if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
-                raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-            obj = self._stored(r, obj)
-            with store.lock:
-                cur = store.get_stored(r.rt.plural, r.namespace, r.name)
-                if cur is None:
-                    raise not_found(r.rt.plural, r.name)
-                obj["metadata"]["managedFields"] = cur.obj["metadata"].get("managedFields") or []
-                obj = patchmod.record_update(
-                    cur.obj,
-                    obj
-                    if r.subresource != "status"
-                    else {**cur.obj, "status": obj.get("status"), "metadata": obj["metadata"]},
-                    self._manager(q),
-                    r.rt.api_version,
-                    r.subresource,
-                )
-                admit = self._admit(r, "UPDATE", r.name, dry_run)
-                out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
-            self._send_json(200, self._served(r, out))
-            return
-        if method == "PATCH":
-            if r.name is None:
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
+                raise _method_not_allowed()
             self._patch(r, q, body, dry_run)
+        elif method == "DELETE":
+            self._delete(r, q, dry_run)
+        else:
+            raise ApiError(405, "MethodNotAllowed", "method not allowed")
+
+    def _get(self, r: _Route, q: dict) -> None:
+        """GET: a watch, a list, or one object (as a Table when asked)."""
+        if r.name is None:
+            if q.get("watch") in ("true", "1", "True"):
+                self._watch(r, q)
+            else:
+                self._list(r, q)
             return
-        if method == "DELETE":
-            if r.name is None:
-                flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
-                items, _, _, _ = store.list(r.rt.plural)
-                deleted = []
-                for so in items:
-                    if flt is None or flt(so):
-                        with contextlib.suppress(ApiError):
-                            deleted.append(store.delete(r.rt.plural, so.key[0] or None, so.key[1], dry_run=dry_run))
-                self._send_json(
-                    200,
-                    {
-                        "kind": r.rt.list_kind,
-                        "apiVersion": r.rt.api_version,
-                        "metadata": {"resourceVersion": str(store.resource_version)},
-                        "items": [self._served(r, o) for o in deleted],
-                    },
-                )
-                return
+        so = self.sim.store.get_stored(r.rt.plural, r.namespace, r.name)
+        if so is None:
+            raise not_found(r.rt.plural, r.name)
+        if self._wants_table():
+            self._send_json(
+                200, res.table(r.rt, [so.obj], q.get("includeObject", "Metadata"), {"resourceVersion": str(so.rv)})
+            )
+        else:
+            self._send(200, self._full(r, so))
+
+    def _create(self, r: _Route, q: dict, body: bytes, dry_run: bool) -> None:
+        """POST to a collection: JSON, or protobuf for the kinds kubectl sends that way."""
+        if r.name is not None:
+            raise _method_not_allowed()
+        protobuf = "protobuf" in (self.headers.get("Content-Type") or "")
+        obj = decode_protobuf(body) if protobuf else _parse_body(body)
+        self._fix_namespace(r, obj)
+        admit = self._admit(r, "CREATE", str(obj["metadata"].get("name") or ""), dry_run)
+        obj = patchmod.record_update(None, self._stored(r, obj), self._manager(q), r.rt.api_version)
+        out = self.sim.store.create(r.rt.plural, obj, dry_run=dry_run, admit=admit)
+        self._send_json(201, self._served(r, out))
+
+    def _replace(self, r: _Route, q: dict, body: bytes, dry_run: bool) -> None:
+        """PUT: replace an object (or its status), keeping its managedFields history."""
+        store = self.sim.store
+        if r.name is None:
+            raise _method_not_allowed()
+        if "protobuf" in (self.headers.get("Content-Type") or ""):
+            raise ApiError(415, "UnsupportedMediaType", "kubesim only accepts JSON bodies for updates")
+        obj = _parse_body(body)
+        self._fix_namespace(r, obj)
+        if not isinstance(obj.get("metadata"), dict) or obj["metadata"].get("name") != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        obj = self._stored(r, obj)
+        with store.lock:
+            cur = store.get_stored(r.rt.plural, r.namespace, r.name)
+            if cur is None:
+                raise not_found(r.rt.plural, r.name)
+            obj["metadata"]["managedFields"] = cur.obj["metadata"].get("managedFields") or []
+            obj = patchmod.record_update(
+                cur.obj,
+                obj
+                if r.subresource != "status"
+                else {**cur.obj, "status": obj.get("status"), "metadata": obj["metadata"]},
+                self._manager(q),
+                r.rt.api_version,
+                r.subresource,
+            )
+            admit = self._admit(r, "UPDATE", r.name, dry_run)
+            out = store.update(r.rt.plural, obj, dry_run=dry_run, subresource=r.subresource, admit=admit)
+        self._send_json(200, self._served(r, out))
+
+    def _delete(self, r: _Route, q: dict, dry_run: bool) -> None:
+        """DELETE one object, or a collection (deletecollection: every object the selectors match)."""
+        store = self.sim.store
+        if r.name is not None:
             out = store.delete(r.rt.plural, r.namespace, r.name, dry_run=dry_run)
             self._send_json(200, self._served(r, out))
             return
-        raise ApiError(405, "MethodNotAllowed", "method not allowed")
+        flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        items, _, _, _ = store.list(r.rt.plural)
+        deleted = []
+        for so in items:
+            if flt is None or flt(so):
+                with contextlib.suppress(ApiError):
+                    deleted.append(store.delete(r.rt.plural, so.key[0] or None, so.key[1], dry_run=dry_run))
+        self._send_json(
+            200,
+            {
+                "kind": r.rt.list_kind,
+                "apiVersion": r.rt.api_version,
+                "metadata": {"resourceVersion": str(store.resource_version)},
+                "items": [self._served(r, o) for o in deleted],
+            },
+        )
 
     def _fix_namespace(self, r: _Route, obj) -> None:
         if not isinstance(obj, dict):
@@ -524,15 +491,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _patch(self, r: _Route, q: dict, body: bytes, dry_run: bool):
         store = self.sim.store
-        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        ptype = PATCH_TYPES.get(ctype)
-        if ptype is None or ptype == "unsupported":
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - "
-                f"accepted media types include: {', '.join(list(PATCH_TYPES)[:4])}",
-            )
+        ptype = self._patch_type()
         manager = q.get("fieldManager")
         if ptype == "apply" and not manager:
             raise ApiError(
@@ -547,47 +506,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with store.lock:
                 cur = store.get_stored(r.rt.plural, r.namespace, r.name)
                 if ptype == "apply":
-                    if not isinstance(doc, dict):
-                        raise ApiError(400, "BadRequest", "apply patch must be an object")
-                    if not doc.get("apiVersion") or not doc.get("kind"):
-                        raise ApiError(400, "BadRequest", "invalid object type: missing apiVersion or kind")
-                    self._fix_namespace(r, doc)
-                    if doc["metadata"].get("name", r.name) != r.name:
-                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-                    doc["metadata"]["name"] = r.name
-                    if cur is None:
-                        if r.subresource:
-                            raise not_found(r.rt.plural, r.name)
-                        new = patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
+                    new = self._applied(r, cur, doc, manager, force)
+                    if cur is None:  # server-side apply creates
                         admit = self._admit(r, "CREATE", r.name, dry_run)
                         out = store.create(r.rt.plural, self._stored(r, new), dry_run=dry_run, admit=admit)
                         self._send_json(201, self._served(r, out))
                         return
-                    new = patchmod.server_side_apply(
-                        self._served(r, cur.obj), doc, manager, force, r.rt.api_version, r.subresource
-                    )
                 else:
-                    if cur is None:
-                        raise not_found(r.rt.plural, r.name)
-                    if ptype == "merge":
-                        if not isinstance(doc, dict):
-                            raise ApiError(400, "BadRequest", "merge patch must be an object")
-                        new = patchmod.merge_patch(self._served(r, cur.obj), doc)
-                    elif ptype == "strategic":
-                        if not isinstance(doc, dict):
-                            raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
-                        new = patchmod.strategic_merge_patch(self._served(r, cur.obj), doc)
-                    else:
-                        new = patchmod.json_patch(self._served(r, cur.obj), doc)
-                    if not isinstance(new, dict):
-                        raise ApiError(422, "Invalid", "patched object is not an object")
-                    meta = new.get("metadata")
-                    if not isinstance(meta, dict) or meta.get("name") != r.name:
-                        raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-                    if meta.get("resourceVersion") == cur.obj["metadata"].get("resourceVersion"):
-                        meta = new["metadata"] = dict(meta)
-                        meta["resourceVersion"] = str(cur.rv)
-                    new = patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
+                    new = self._patched(r, cur, ptype, doc, manager)
                 admit = self._admit(r, "UPDATE", r.name, dry_run)
                 new = self._stored(r, new) if isinstance(new, dict) else new
                 out = store.update(r.rt.plural, new, dry_run=dry_run, subresource=r.subresource, admit=admit)
@@ -600,6 +526,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except patchmod.PatchError as e:
             raise ApiError(e.code, e.reason, str(e)) from e
         self._send_json(200, self._served(r, out))
+
+    def _patch_type(self) -> str:
+        """The patch type of the request's Content-Type: apply, merge, strategic or json."""
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        ptype = PATCH_TYPES.get(ctype)
+        if ptype is None or ptype == "unsupported":
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: {', '.join(list(PATCH_TYPES)[:4])}",
+            )
+        return ptype
+
+    def _applied(self, r: _Route, cur, doc, manager: str, force: bool) -> dict:
+        """Server-side apply of `doc` to the current object (or to nothing: a create; not on a subresource)."""
+        if not isinstance(doc, dict):
+            raise ApiError(400, "BadRequest", "apply patch must be an object")
+        if not doc.get("apiVersion") or not doc.get("kind"):
+            raise ApiError(400, "BadRequest", "invalid object type: missing apiVersion or kind")
+        self._fix_namespace(r, doc)
+        if doc["metadata"].get("name", r.name) != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        doc["metadata"]["name"] = r.name
+        if cur is None:
+            if r.subresource:
+                raise not_found(r.rt.plural, r.name)
+            return patchmod.server_side_apply(None, doc, manager, force, r.rt.api_version)
+        return patchmod.server_side_apply(
+            self._served(r, cur.obj), doc, manager, force, r.rt.api_version, r.subresource
+        )
+
+    def _patched(self, r: _Route, cur, ptype: str, doc, manager: str) -> dict:
+        """A merge, strategic merge or JSON patch applied to the current object, with its managedFields entry."""
+        if cur is None:
+            raise not_found(r.rt.plural, r.name)
+        if ptype == "merge":
+            if not isinstance(doc, dict):
+                raise ApiError(400, "BadRequest", "merge patch must be an object")
+            new = patchmod.merge_patch(self._served(r, cur.obj), doc)
+        elif ptype == "strategic":
+            if not isinstance(doc, dict):
+                raise ApiError(400, "BadRequest", "strategic merge patch must be an object")
+            new = patchmod.strategic_merge_patch(self._served(r, cur.obj), doc)
+        else:
+            new = patchmod.json_patch(self._served(r, cur.obj), doc)
+        if not isinstance(new, dict):
+            raise ApiError(422, "Invalid", "patched object is not an object")
+        meta = new.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != r.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        if meta.get("resourceVersion") == cur.obj["metadata"].get("resourceVersion"):
+            meta = new["metadata"] = dict(meta)
+            meta["resourceVersion"] = str(cur.rv)
+        return patchmod.record_update(cur.obj, new, manager, r.rt.api_version, r.subresource)
 
     def _wants_table(self) -> bool:
         accept = self.headers.get("Accept") or ""
@@ -647,28 +628,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _watch(self, r: _Route, q: dict):
-        store = self.sim.store
         flt = make_filter(r.namespace, q.get("labelSelector"), q.get("fieldSelector"))
         rv = q.get("resourceVersion") or None
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1", "True")
-        table = self._wants_table()
-        include = q.get("includeObject", "Metadata")
+        events = _WatchEvents(r, flt, self._wants_table(), q.get("includeObject", "Metadata"),
+                              functools.partial(self._full, r))
         try:
             timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else MAX_WATCH_SECONDS
         except ValueError as e:
             raise ApiError(400, "BadRequest", "invalid timeoutSeconds") from e
-        expired = None
-        watcher = None
-        backlog: list = []
-        if self.sim.faults.take_expire():
-            expired = ApiError(410, "Expired", f"too old resource version: {rv or 0} ({store.compacted_rv + 1})")
-        else:
-            try:
-                watcher, backlog = store.watch(r.rt.plural, rv)
-            except ApiError as e:
-                if e.code not in (410, 504):  # after the request was accepted: an ERROR event, like the cacher
-                    raise
-                expired = e
+        watcher, backlog, expired = self._open_watch(r, rv)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Cache-Control", "no-cache, private")
@@ -680,86 +649,79 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.watcher = watcher
         self.sim._track_watch(self, True)
-
-        def filtered(ev):
-            """Apply selectors like a real server: objects moving in/out of the selection become ADDED/DELETED."""
-            etype, so, prev = ev
-            if flt is None:
-                return etype, so
-            now_in = flt(so)
-            if etype != "MODIFIED" or prev is None:
-                return (etype, so) if now_in else (etype, None)
-            was_in = flt(prev)
-            if now_in and was_in:
-                return etype, so
-            if now_in:
-                return "ADDED", so
-            if was_in:
-                return "DELETED", so
-            return etype, None
-
-        def encode(etype: str, so) -> bytes:
-            if table:
-                obj = orjson.dumps(res.table(r.rt, [so.obj], include, {"resourceVersion": str(so.rv)}))
-            else:
-                obj = self._full(r, so)
-            return b'{"type":"' + etype.encode() + b'","object":' + obj + b"}\n"
-
-        def bookmark(rv_now: int) -> bytes:
-            obj = {"kind": r.rt.kind, "apiVersion": r.rt.api_version, "metadata": {"resourceVersion": str(rv_now)}}
-            return b'{"type":"BOOKMARK","object":' + orjson.dumps(obj) + b"}\n"
-
         try:
-            out = [encode(t, so) for t, so in (filtered(ev) for ev in backlog) if so is not None]
+            out = events.encode_all(backlog)
             for i in range(0, len(out), 200):
                 self._chunk(b"".join(out[i : i + 200]))
-            start = time.monotonic()
-            deadline = start + timeout
-            last_bm = start
-            while True:
-                now_m = time.monotonic()
-                remaining = deadline - now_m
-                if remaining <= 0:
-                    # A closing bookmark may only claim a resourceVersion this stream has delivered up to: events
-                    # still queued for it would otherwise be skipped by a client resuming from the bookmark.
-                    rv_now = store.current_rv_if_drained(watcher) if bookmarks else None
-                    if rv_now is not None:
-                        self._chunk(bookmark(rv_now))
-                    break
-                try:
-                    item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))
-                except queue.Empty:
-                    item = False
-                if item is None or self.dropped:
-                    self.close_connection = True
-                    return
-                if item:
-                    batch = [item]
-                    with contextlib.suppress(queue.Empty):
-                        while len(batch) < 200:
-                            nxt = watcher.queue.get_nowait()
-                            if nxt is None:
-                                batch.append(None)
-                                break
-                            batch.append(nxt)
-                    data = b"".join(encode(t, so) for t, so in (filtered(x) for x in batch if x) if so is not None)
-                    if data:
-                        self._chunk(data)
-                    if batch[-1] is None:
-                        self.close_connection = True
-                        return
-                if bookmarks and time.monotonic() - last_bm >= BOOKMARK_INTERVAL:
-                    rv_now = store.current_rv_if_drained(watcher)
-                    if rv_now is not None:
-                        self._chunk(bookmark(rv_now))
-                        last_bm = time.monotonic()
-            self.wfile.write(b"0\r\n\r\n")
+            if self._stream_events(watcher, events, timeout, bookmarks):
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.close_connection = True
         except OSError:
             self.close_connection = True
         finally:
             watcher.close()
             self.sim._track_watch(self, False)
             self.watcher = None
+
+    def _open_watch(self, r: _Route, rv: str | None) -> tuple[Watcher | None, list, ApiError | None]:
+        """Register the watch: (watcher, the events since `rv`, None), or the 410/504 an ERROR event reports."""
+        store = self.sim.store
+        if self.sim.faults.take_expire():
+            return None, [], ApiError(410, "Expired", f"too old resource version: {rv or 0} ({store.compacted_rv + 1})")
+        try:
+            watcher, backlog = store.watch(r.rt.plural, rv)
+        except ApiError as e:
+            if e.code not in (410, 504):  # after the request was accepted: an ERROR event, like the cacher
+                raise
+            return None, [], e
+        return watcher, backlog, None
+
+    def _stream_events(self, watcher: Watcher, events: _WatchEvents, timeout: float, bookmarks: bool) -> bool:
+        """Send events (and bookmarks) as they come: True when the timeout ends the watch, False when the watch was
+        stopped or the connection dropped."""
+        store = self.sim.store
+        start = time.monotonic()
+        deadline = start + timeout
+        last_bm = start
+        while True:
+            now_m = time.monotonic()
+            remaining = deadline - now_m
+            if remaining <= 0:
+                # A closing bookmark may only claim a resourceVersion this stream has delivered up to: events
+                # still queued for it would otherwise be skipped by a client resuming from the bookmark.
+                rv_now = store.current_rv_if_drained(watcher) if bookmarks else None
+                if rv_now is not None:
+                    self._chunk(events.bookmark(rv_now))
+                return True
+            try:
+                item = watcher.queue.get(timeout=min(remaining, BOOKMARK_INTERVAL / 2))
+            except queue.Empty:
+                item = False
+            if item is None or self.dropped:
+                return False
+            if item and not self._send_batch(watcher, events, item):
+                return False
+            if bookmarks and time.monotonic() - last_bm >= BOOKMARK_INTERVAL:
+                rv_now = store.current_rv_if_drained(watcher)
+                if rv_now is not None:
+                    self._chunk(events.bookmark(rv_now))
+                    last_bm = time.monotonic()
+
+    def _send_batch(self, watcher: Watcher, events: _WatchEvents, item: tuple) -> bool:
+        """Send `item` and up to 199 more queued events in one chunk; False when the watch's stop marker came."""
+        batch = [item]
+        with contextlib.suppress(queue.Empty):
+            while len(batch) < 200:
+                nxt = watcher.queue.get_nowait()
+                if nxt is None:
+                    batch.append(None)
+                    break
+                batch.append(nxt)
+        data = b"".join(events.encode_all(x for x in batch if x))
+        if data:
+            self._chunk(data)
+        return batch[-1] is not None
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -814,7 +776,7 @@ class Simulator:
         if isinstance(scenario, dict) and "kind" not in scenario:
             return scenario.get("telemetry")
         if isinstance(scenario, str | Path) and scenario != "empty":
-            from .scenario import _read
+            from .scenario.spec import _read
 
             return _read(scenario).get("telemetry")
         return None

@@ -1,4 +1,6 @@
-"""Thread-safe object store with a global resource version, watch history, list snapshots and selectors."""
+"""Thread-safe object store with a global resource version, watch history and list snapshots.
+
+Selectors live in kubesim.selectors, per-kind write rules in kubesim.validation, errors in kubesim.errors."""
 
 from __future__ import annotations
 
@@ -16,108 +18,26 @@ from collections.abc import Callable
 
 import orjson
 
+from .errors import ApiError, expired, not_found, too_large
 from .resources import RESOURCES, ResourceType
+from .selectors import make_filter
+from .validation import (
+    check_admin_access,
+    check_configmap_update,
+    label_namespace,
+    policy_status,
+    validate_configmap,
+    with_ephemeral_containers,
+)
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 SNAPSHOT_LIMIT = 256
 SNAPSHOT_TTL = 300.0
 
-
-ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-IMMUTABLE_MESSAGE = "field is immutable when `immutable` is set"
-
 Admit = Callable[[dict, dict | None], None]
 """Admission hook: called with (new object, old object or None) right before a write is committed."""
 
 
-class ApiError(Exception):
-    """An error that maps to a Kubernetes Status response."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    def status(self) -> dict:
-        return status_doc(self.code, self.reason, self.message, self.details)
-
-
-def status_doc(code: int, reason: str, message: str, details: dict | None = None) -> dict:
-    doc = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-    }
-    if details is not None:
-        doc["details"] = details
-    doc["code"] = code
-    return doc
-
-
-def _with_ephemeral_containers(old: dict, new: dict) -> dict:
-    """pods/ephemeralcontainers: only spec.ephemeralContainers changes, and existing ones may only be kept
-    (podEphemeralContainersStrategy and ValidatePodEphemeralContainersUpdate)."""
-    name = old["metadata"]["name"]
-    wanted = (new.get("spec") or {}).get("ephemeralContainers") or []
-    current = {c.get("name"): c for c in (old.get("spec") or {}).get("ephemeralContainers") or []}
-    if not isinstance(wanted, list) or not all(isinstance(c, dict) for c in wanted):
-        raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Invalid value')
-    names = {c.get("name") for c in wanted}
-    for existing, container in current.items():
-        if existing not in names or next(c for c in wanted if c.get("name") == existing) != container:
-            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Forbidden: existing '
-                           f'ephemeral containers "{existing}" may not be removed or changed')
-    taken = {c.get("name") for field in ("containers", "initContainers") for c in (old["spec"].get(field) or [])}
-    for container in wanted:
-        if container.get("name") in current:
-            continue
-        if not container.get("name") or not container.get("image"):
-            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers: Required value: '
-                           "name and image are required")
-        if container["name"] in taken or [c.get("name") for c in wanted].count(container["name"]) > 1:
-            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.ephemeralContainers[].name: Duplicate '
-                           f'value: "{container["name"]}"')
-    updated = dict(old)
-    updated["spec"] = {**old["spec"], "ephemeralContainers": wanted}
-    updated["metadata"] = dict(old["metadata"])
-    if "managedFields" in new.get("metadata", {}):
-        updated["metadata"]["managedFields"] = new["metadata"]["managedFields"]
-    return updated
-
-
-def not_found(plural: str, name: str) -> ApiError:
-    group = RESOURCES[plural].group if plural in RESOURCES else ""
-    res = f"{plural}.{group}" if group else plural
-    details = {"name": name, "kind": plural}
-    if group:
-        details["group"] = group
-    return ApiError(404, "NotFound", f'{res} "{name}" not found', details)
-
-
-def expired(message: str) -> ApiError:
-    return ApiError(410, "Expired", message)
-
-
-TOO_LARGE_CAUSE = "Too large resource version"
-
-
-def too_large(requested: int, current: int) -> ApiError:
-    """What the API server answers a list or watch from a resourceVersion it has not reached (the apiserver's
-    storage.NewTooLargeResourceVersionError: apierrors.NewTimeoutError with the ResourceVersionTooLarge cause); client-go's
-    reflector recognises it by that cause and relists from scratch."""
-    return ApiError(
-        504,
-        "Timeout",
-        f"Timeout: {TOO_LARGE_CAUSE}: {requested}, current: {current}",
-        {"causes": [{"reason": "ResourceVersionTooLarge", "message": TOO_LARGE_CAUSE}], "retryAfterSeconds": 1},
-    )
 
 
 def parse_rv(value: str) -> int:
@@ -159,185 +79,6 @@ class StoredObject:
         return orjson.loads(self.full)
 
 
-# ---------------------------------------------------------------------------------------------- selectors
-_SEL_SPLIT = re.compile(r",(?![^()]*\))")
-_SET_RE = re.compile(r"^\s*([^\s!=()]+)\s+(in|notin)\s*\((.*)\)\s*$")
-
-
-def parse_label_selector(sel: str | None):
-    """Return a predicate over a labels dict, or None for 'everything'."""
-    if not sel or not sel.strip():
-        return None
-    terms = []
-    for raw in _SEL_SPLIT.split(sel):
-        t = raw.strip()
-        if not t:
-            continue
-        m = _SET_RE.match(t)
-        if m:
-            vals = {v.strip() for v in m.group(3).split(",") if v.strip()}
-            terms.append((m.group(2), m.group(1), vals))
-        elif "!=" in t:
-            k, v = t.split("!=", 1)
-            terms.append(("!=", k.strip(), v.strip()))
-        elif "==" in t:
-            k, v = t.split("==", 1)
-            terms.append(("=", k.strip(), v.strip()))
-        elif "=" in t:
-            k, v = t.split("=", 1)
-            terms.append(("=", k.strip(), v.strip()))
-        elif t.startswith("!"):
-            terms.append(("!", t[1:].strip(), None))
-        elif re.match(r"^[A-Za-z0-9_./-]+$", t):
-            terms.append(("exists", t, None))
-        else:
-            raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label selector: {t!r}")
-
-    def pred(labels: dict) -> bool:
-        for op, k, v in terms:
-            has = k in labels
-            if op == "=" and labels.get(k) != v:
-                return False
-            if op == "!=" and has and labels[k] == v:
-                return False
-            if op == "in" and (not has or labels[k] not in v):
-                return False
-            if op == "notin" and has and labels[k] in v:
-                return False
-            if op == "exists" and not has:
-                return False
-            if op == "!" and has:
-                return False
-        return True
-
-    return pred
-
-
-def _field_value(obj: dict, path: str) -> str:
-    cur = obj
-    for part in path.split("."):
-        if not isinstance(cur, dict):
-            return ""
-        cur = cur.get(part)
-        if cur is None:
-            return ""
-    if isinstance(cur, bool):
-        return "true" if cur else "false"
-    return str(cur) if not isinstance(cur, dict | list) else ""
-
-
-def parse_field_selector(sel: str | None):
-    if not sel or not sel.strip():
-        return None
-    terms = []
-    for raw in sel.split(","):
-        t = raw.strip()
-        if not t:
-            continue
-        if "!=" in t:
-            k, v = t.split("!=", 1)
-            terms.append((False, k.strip(), v.strip()))
-        elif "==" in t:
-            k, v = t.split("==", 1)
-            terms.append((True, k.strip(), v.strip()))
-        elif "=" in t:
-            k, v = t.split("=", 1)
-            terms.append((True, k.strip(), v.strip()))
-        else:
-            raise ApiError(400, "BadRequest", f"invalid selector: '{sel}'; can't understand '{t}'")
-
-    def pred(obj: dict) -> bool:
-        return all((_field_value(obj, k) == v) == eq for eq, k, v in terms)
-
-    return pred
-
-
-def make_filter(namespace: str | None, label_selector: str | None, field_selector: str | None):
-    lp = parse_label_selector(label_selector)
-    fp = parse_field_selector(field_selector)
-    if namespace is None and lp is None and fp is None:
-        return None
-
-    def flt(so: StoredObject) -> bool:
-        if namespace is not None and so.key[0] != namespace:
-            return False
-        if lp is not None and not lp(so.obj.get("metadata", {}).get("labels") or {}):
-            return False
-        return fp is None or fp(so.obj)
-
-    return flt
-
-
-# ---------------------------------------------------------------------------------------------- kind rules
-def _label_namespace(meta: dict) -> None:
-    """The API server always labels a Namespace with its own name."""
-    labels = meta.get("labels")
-    meta["labels"] = {**(labels if isinstance(labels, dict) else {}), NAMESPACE_NAME_LABEL: meta["name"]}
-
-
-def _policy_status(status: object, generation: int) -> dict:
-    """What the API server's type-checking controller reports for a ValidatingAdmissionPolicy (no warnings here)."""
-    current = status if isinstance(status, dict) else {}
-    return {"typeChecking": {}, **current, "observedGeneration": generation}
-
-
-def _invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """A 422 Invalid status like field.ErrorList.ToAggregate(): causes are (reason, field, message)."""
-    texts = [f"{f}: {m}" for _, f, m in causes]
-    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    return ApiError(
-        422,
-        "Invalid",
-        f'{kind} "{name}" is invalid: {summary}',
-        {"name": name, "kind": kind, "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes]},
-    )
-
-
-def validate_configmap(obj: dict) -> None:
-    """Top-level `data` (strings) and `binaryData` (base64 strings) with valid keys, `immutable` a bool."""
-    name = obj["metadata"]["name"]
-    for section in ("data", "binaryData"):
-        values = obj.get(section)
-        if values is None:
-            continue
-        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f'ConfigMap in version "v1" cannot be handled as a ConfigMap: {section} must be a map of strings',
-            )
-        bad = [k for k in values if not CONFIG_KEY.match(k) or len(k) > 253]
-        if bad:
-            message = (
-                "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  "
-                "or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
-            )
-            raise _invalid(
-                "ConfigMap",
-                name,
-                [("FieldValueInvalid", f"{section}[{k}]", f'Invalid value: "{k}": {message}') for k in bad],
-            )
-    if "immutable" in obj and not isinstance(obj["immutable"], bool | None):
-        raise ApiError(400, "BadRequest", 'ConfigMap in version "v1" cannot be handled as a ConfigMap: immutable')
-
-
-def check_configmap_update(new: dict, old: dict) -> None:
-    """An immutable ConfigMap keeps its data, binaryData and immutable flag."""
-    if old.get("immutable") is not True:
-        return
-    changed = [
-        ("FieldValueForbidden", f, f"Forbidden: {IMMUTABLE_MESSAGE}")
-        for f, same in (
-            ("immutable", new.get("immutable") is True),
-            ("data", new.get("data") == old.get("data")),
-            ("binaryData", new.get("binaryData") == old.get("binaryData")),
-        )
-        if not same
-    ]
-    if changed:
-        raise _invalid("ConfigMap", new["metadata"]["name"], changed)
-
-
 # ---------------------------------------------------------------------------------------------- watchers
 class Watcher:
     """A registered watch: events arrive in `queue` as (type, object, previous object); None means 'stop'."""
@@ -354,6 +95,73 @@ class Watcher:
     def stop(self) -> None:
         self.closed = True
         self.queue.put(None)
+
+
+def _check_update_preconditions(rt: ResourceType, plural: str, meta: dict, cur: StoredObject, check_rv: bool) -> None:
+    """Optimistic concurrency on metadata.resourceVersion (when given) and the uid precondition."""
+    want = meta.get("resourceVersion")
+    if check_rv and want and str(want) != str(cur.rv):
+        group = f".{rt.group}" if rt.group else ""
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {plural}{group} "{meta["name"]}": the object has '
+            "been modified; please apply your changes to the latest version and try again",
+            {"name": meta["name"], "kind": plural, **({"group": rt.group} if rt.group else {})},
+        )
+    old = cur.obj
+    if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
+        raise ApiError(
+            409,
+            "Conflict",
+            f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
+            f"object meta: {old['metadata'].get('uid')}",
+        )
+
+
+def _updated_for_subresource(rt: ResourceType, plural: str, obj: dict, old: dict, subresource: str) -> dict:
+    """What a write through the main resource or a subresource may change: the status subresource changes only the
+    status, ephemeralcontainers only those, and the main resource keeps the stored status."""
+    meta = obj["metadata"]
+    if subresource == "status":
+        new = dict(old)
+        new["status"] = obj.get("status")
+        if new["status"] is None:
+            new.pop("status")
+        new["metadata"] = dict(old["metadata"])
+        if "managedFields" in meta:
+            new["metadata"]["managedFields"] = meta["managedFields"]
+        return new
+    if subresource == "ephemeralcontainers":
+        return with_ephemeral_containers(old, obj)
+    if rt.has_status and plural != "namespaces":
+        if "status" in old:
+            obj["status"] = old["status"]
+        else:
+            obj.pop("status", None)
+    elif plural == "namespaces":
+        obj["status"] = old.get("status", {"phase": "Active"})
+    return obj
+
+
+def _apply_update_rules(rt: ResourceType, plural: str, obj: dict, old: dict, subresource: str) -> dict:
+    """The server's rules for an update: immutable system fields, subresources, per-kind rules, generation."""
+    meta = obj["metadata"]
+    for f in ("uid", "creationTimestamp"):  # immutable system fields
+        if f in old["metadata"]:
+            meta[f] = old["metadata"][f]
+    obj = _updated_for_subresource(rt, plural, obj, old, subresource)
+    meta = obj["metadata"]
+    if plural == "namespaces":
+        label_namespace(meta)
+    elif plural == "configmaps":
+        check_configmap_update(obj, old)
+    gen = old["metadata"].get("generation")
+    if gen is not None:
+        meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+    if plural == "validatingadmissionpolicies" and subresource != "status":
+        obj["status"] = policy_status(obj.get("status"), meta.get("generation", 1))
+    return obj
 
 
 class Store:
@@ -505,35 +313,11 @@ class Store:
             if namespace_check and ("", ns) not in self._data["namespaces"]:
                 raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
             if namespace_check and rt.plural in ("resourceclaims", "resourceclaimtemplates"):
-                self._check_admin_access(rt, obj, ns)
+                check_admin_access(rt, obj, self._data["namespaces"][("", ns)].obj)
         elif "namespace" in meta:
             meta.pop("namespace")
         if rt.plural == "configmaps":
             validate_configmap(obj)
-
-    def _check_admin_access(self, rt: ResourceType, obj: dict, ns: str) -> None:
-        """The API server's rule: adminAccess requests need the namespace label admin-access: "true"."""
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        if rt.plural == "resourceclaimtemplates":
-            spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
-        devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
-        requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
-        prefix = "spec.spec" if rt.plural == "resourceclaimtemplates" else "spec"
-        for i, request in enumerate(requests):
-            exactly = request.get("exactly") if isinstance(request, dict) else None
-            if not (isinstance(exactly, dict) and exactly.get("adminAccess") is True):
-                continue
-            namespace = self._data["namespaces"][("", ns)].obj
-            if ((namespace.get("metadata") or {}).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
-                return
-            field = f"{prefix}.devices.requests[{i}].exactly.adminAccess"
-            message = (f"admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label on the containing "
-                       "namespace")
-            name = (obj.get("metadata") or {}).get("name", "")
-            raise ApiError(422, "Invalid", f'{rt.kind}.resource.k8s.io "{name}" is invalid: {field}: Forbidden: '
-                           f"{message}", {"name": name, "group": "resource.k8s.io", "kind": rt.kind, "causes": [
-                               {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}",
-                                "field": field}]})
 
     # ------------------------------------------------------------------ writes
     def create(
@@ -573,13 +357,13 @@ class Store:
             if plural == "namespaces":
                 obj.setdefault("spec", {"finalizers": ["kubernetes"]})
                 obj["status"] = {"phase": "Active"}
-                _label_namespace(meta)
+                label_namespace(meta)
             elif plural == "pods" and not load:
                 obj.setdefault("status", {})
                 obj["status"].setdefault("phase", "Pending")
                 obj["status"].setdefault("qosClass", "BestEffort")
             elif plural == "validatingadmissionpolicies" and (not load or "status" not in obj):
-                obj["status"] = _policy_status({}, meta.get("generation", 1))
+                obj["status"] = policy_status({}, meta.get("generation", 1))
             if admit is not None:
                 admit(obj, None)
             if dry_run:
@@ -610,57 +394,10 @@ class Store:
             cur = self._data[plural].get(key)
             if cur is None:
                 raise not_found(plural, meta["name"])
-            want = meta.get("resourceVersion")
-            if check_rv and want and str(want) != str(cur.rv):
-                group = f".{rt.group}" if rt.group else ""
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on {plural}{group} "{meta["name"]}": the object has '
-                    "been modified; please apply your changes to the latest version and try again",
-                    {"name": meta["name"], "kind": plural, **({"group": rt.group} if rt.group else {})},
-                )
+            _check_update_preconditions(rt, plural, meta, cur, check_rv)
             old = cur.obj
-            if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
-                    f"object meta: {old['metadata'].get('uid')}",
-                )
-            # immutable system fields
-            for f in ("uid", "creationTimestamp"):
-                if f in old["metadata"]:
-                    meta[f] = old["metadata"][f]
-            if subresource == "status":
-                new = dict(old)
-                new["status"] = obj.get("status")
-                if new["status"] is None:
-                    new.pop("status")
-                new["metadata"] = dict(old["metadata"])
-                if "managedFields" in meta:
-                    new["metadata"]["managedFields"] = meta["managedFields"]
-                obj = new
-                meta = obj["metadata"]
-            elif subresource == "ephemeralcontainers":
-                obj = _with_ephemeral_containers(old, obj)
-                meta = obj["metadata"]
-            elif rt.has_status and plural != "namespaces":
-                if "status" in old:
-                    obj["status"] = old["status"]
-                else:
-                    obj.pop("status", None)
-            elif plural == "namespaces":
-                obj["status"] = old.get("status", {"phase": "Active"})
-            if plural == "namespaces":
-                _label_namespace(meta)
-            elif plural == "configmaps":
-                check_configmap_update(obj, old)
-            gen = old["metadata"].get("generation")
-            if gen is not None:
-                meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
-            if plural == "validatingadmissionpolicies" and subresource != "status":
-                obj["status"] = _policy_status(obj.get("status"), meta.get("generation", 1))
+            obj = _apply_update_rules(rt, plural, obj, old, subresource)
+            meta = obj["metadata"]
             meta.pop("resourceVersion", None)
             if admit is not None:
                 admit(obj, old)

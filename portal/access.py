@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from inventory.errors import PortalError, StateConflictError
+from core.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import is_dns_subdomain
 from inventory.models import Cluster
 from inventory.selectors import admission_policy_unavailable_reason, dra_unavailable_reason

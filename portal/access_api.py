@@ -15,8 +15,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
-from inventory.api.fields import SlugRelatedField
+from core.api.exceptions import PortalExceptionHandlerMixin
+from core.api.fields import SlugRelatedField
 from inventory.models import Cluster
 from portal.access import (
     access_request_create,

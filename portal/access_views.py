@@ -20,7 +20,7 @@ from django.views import View
 from django.views.generic import ListView, TemplateView
 
 from audit.models import AuditEvent
-from inventory.errors import PortalError
+from core.errors import PortalError
 from inventory.models import Cluster
 from portal.access import (
     IN_FORCE,

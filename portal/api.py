@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
-from inventory.api.fields import SlugRelatedField
+from core.api.exceptions import PortalExceptionHandlerMixin
+from core.api.fields import SlugRelatedField
 from inventory.models import Cluster
 from portal.models import Tenant, TenantMembership, TenantNamespace
 from portal.roles import Role, user_has_role

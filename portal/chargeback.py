@@ -36,7 +36,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingPrice
-from inventory.errors import PortalError
+from core.errors import PortalError
 from inventory.k8s.semantics import labels_match
 from inventory.models import AllocationInterval, Cluster, Device, Node, Path
 from portal.models import ChargeMapping, TenantNamespace, sees_all_tenants

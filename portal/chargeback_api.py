@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from portal import chargeback as cb
 from portal.csv_export import CSVRenderer
 from portal.models import sees_all_tenants

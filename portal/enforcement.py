@@ -22,7 +22,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -36,6 +36,9 @@ from inventory.models import AdmissionPolicy, AdmissionPolicyBinding, Cluster, C
 from portal.access import IN_FORCE, access_policy, grant_snapshot
 from portal.models import EXCEPTION_KEY_SEPARATOR, AccessKind, EnforcementSettings, Grant, GrantUse, TenantNamespace
 from portal.quota import FIELD_MANAGER
+
+if TYPE_CHECKING:
+    from inventory.services.clients import ClientFactory  # imported inside the appliers at run time
 
 logger = logging.getLogger(__name__)
 
@@ -281,7 +284,7 @@ def outliving_claims(grant: Grant, now: dt.datetime) -> list[ResourceClaim]:
 # ------------------------------------------------------------------------------------------------ apply
 
 
-def enforcement_apply(*, cluster_id: int, namespace: str, client_factory: Any = None,
+def enforcement_apply(*, cluster_id: int, namespace: str, client_factory: ClientFactory | None = None,
                       now: dt.datetime | None = None) -> str:
     """Bring one scope to its desired state: an adminAccess namespace (namespace given) or the cluster's privileged
     enforcement (namespace empty). Outside any transaction; returns "applied", "conflict" or "refused"; raises

@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from catalog.models import DRA_KINDS, Lifecycle, Offering
-from inventory.errors import PortalError, StateConflictError
+from core.errors import PortalError, StateConflictError
 from inventory.k8s.semantics import as_dict, format_quantity, is_extended_resource, parse_quantity
 from inventory.models import DeviceClass, ResourceQuota
 from portal.models import (
@@ -54,6 +54,9 @@ from portal.models import (
 )
 from portal.notifications import approvers, notify
 from portal.roles import Role, user_has_role
+
+if TYPE_CHECKING:
+    from inventory.services.clients import ClientFactory  # imported inside the appliers at run time
 
 logger = logging.getLogger(__name__)
 
@@ -457,7 +460,7 @@ def _conflict_message(name: str, message: str, hard: dict[str, str], namespace: 
             "retry.")
 
 
-def quota_apply(*, cluster_id: int, namespace: str, client_factory: Any = None) -> str:
+def quota_apply(*, cluster_id: int, namespace: str, client_factory: ClientFactory | None = None) -> str:
     """Apply the namespace's plan (outside any transaction), then record the answer on the requests.
 
     Returns "applied", "conflict" or "refused". Raises ClusterUnreachableError for retryable failures. Another field

@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from catalog.models import Offering, OfferingCapacity
-from inventory.api.exceptions import PortalExceptionHandlerMixin
-from inventory.api.fields import SlugRelatedField
+from core.api.exceptions import PortalExceptionHandlerMixin
+from core.api.fields import SlugRelatedField
 from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
 from inventory.models import Cluster, ResourceQuota
 from portal.models import QuotaDecision, QuotaNamespaceState, QuotaRequest, TenantNamespace

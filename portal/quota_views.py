@@ -18,7 +18,7 @@ from django.views import View
 from django.views.generic import ListView, TemplateView
 
 from catalog.models import Offering, OfferingCapacity
-from inventory.errors import PortalError
+from core.errors import PortalError
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest, TenantMembership, TenantNamespace
 from portal.notifications import notifications_read
 from portal.quota import (

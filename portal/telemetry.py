@@ -40,7 +40,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from inventory.errors import PortalError
+from core.errors import PortalError
 from inventory.models import AllocationInterval, Cluster, Device, Mode, Path
 from inventory.services.derive import dra_attribute
 from portal.models import IdlePolicy, TelemetryFinding, TelemetrySource, TenantNamespace, UtilizationRollup

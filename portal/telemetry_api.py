@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.models import Device
 from portal import chargeback as cb
 from portal.telemetry_selectors import rollups_visible_to

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from audit.services import audit_record
-from inventory.errors import PortalError
+from core.errors import PortalError
 from inventory.k8s.semantics import is_dns_label, is_qualified_name
 from inventory.models import Cluster, Namespace
 from inventory.scoping import EVERYTHING, NOTHING, NamespaceScope

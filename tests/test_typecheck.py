@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("portal", "audit", "apitokens", "inventory", "catalog", "integrations", "kubesim")
-BASELINE_SIZE_WHEN_INTRODUCED = 78  # lower this number whenever a module leaves the baseline; never raise it
+PACKAGES = ("core", "portal", "audit", "apitokens", "inventory", "catalog", "integrations", "kubesim")
+BASELINE_SIZE_WHEN_INTRODUCED = 50  # lower this number whenever a module leaves the baseline; never raise it
 
 
 def _overrides() -> tuple[list[str], list[str]]:

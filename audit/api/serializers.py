@@ -7,7 +7,7 @@ from rest_framework import serializers
 from audit.models import ActorKind, AuditEvent
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
     actor_id = serializers.IntegerField(read_only=True, allow_null=True)
     actor_kind = serializers.ChoiceField(choices=ActorKind.choices, source="effective_actor_kind", read_only=True)
 

@@ -52,7 +52,7 @@ class JSONLinesRenderer(renderers.BaseRenderer):
         return orjson.dumps(data) + b"\n"
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
     """The audit log, oldest first. Filters: see audit.filtersets (verb, actor, actor_kind, target_type, target_id,
     occurred_from/occurred_to, q, request_id, since_id)."""
 
@@ -61,7 +61,8 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     node_names_redacted = False
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
-    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsAuditReader]
+    # api_settings imports the dotted paths of the setting; the stubs type it as the strings.
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsAuditReader]  # type: ignore[list-item]
     pagination_class = AuditEventCursorPagination
 
     def get_queryset(self) -> QuerySet[AuditEvent]:

@@ -1,11 +1,11 @@
 from django.urls import path
 
-from catalog.api import manifest_views
+from catalog.api.views import manifests
 
 app_name = "manifests-api"
 urlpatterns = [
-    path("manifests/validate/", manifest_views.ManifestValidateView.as_view(), name="validate"),
-    path("manifests/generate/", manifest_views.ManifestGenerateView.as_view(), name="generate"),
-    path("feasibility/", manifest_views.FeasibilityView.as_view(), name="feasibility"),
-    path("feasibility/gang/", manifest_views.GangFeasibilityView.as_view(), name="feasibility-gang"),
+    path("manifests/validate/", manifests.ManifestValidateView.as_view(), name="validate"),
+    path("manifests/generate/", manifests.ManifestGenerateView.as_view(), name="generate"),
+    path("feasibility/", manifests.FeasibilityView.as_view(), name="feasibility"),
+    path("feasibility/gang/", manifests.GangFeasibilityView.as_view(), name="feasibility-gang"),
 ]

@@ -228,9 +228,10 @@ def _release_plan(node: NodeInfo, resource: str, wanted: int) -> tuple[list[Boun
 def _holders_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Result | None],
                   resource: str) -> list[str]:
     wanted = ctx.requests[resource]
-    short = [snapshot.nodes[name] for name, result in results.items()
-             if result is not None and result.plugin == "NodeResourcesFit"
-             and f"Insufficient {resource}" in result.reasons]
+    short_results = {name: result for name, result in results.items()
+                     if result is not None and result.plugin == "NodeResourcesFit"
+                     and f"Insufficient {resource}" in result.reasons}
+    short = [snapshot.nodes[name] for name in short_results]
     if not short:
         return []
     capable = [node for node in short if node.allocatable.get(resource, 0) >= wanted]
@@ -246,7 +247,7 @@ def _holders_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _R
     verb = "finishes" if len(chosen) == 1 else "finish"
     text = (f"{node.name} frees {format_amount(resource, freed)} {resource} when "
             f"{_names([ctx.viewer.pod(p.key, _pod_label(p)) for p in chosen], 4)} {verb}")
-    other = [r for r in results[node.name].reasons if r != f"Insufficient {resource}"]  # type: ignore[union-attr]
+    other = [r for r in short_results[node.name].reasons if r != f"Insufficient {resource}"]
     if other:
         text += f" (it is also short on: {', '.join(r.removeprefix('Insufficient ') for r in other)})"
     return [text]
@@ -254,17 +255,16 @@ def _holders_hint(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _R
 
 def _dra_hints(snapshot: ClusterSnapshot, ctx: _Pod, results: Mapping[str, _Result | None]) -> list[str]:
     pending = [claim for claim in ctx.claims if not claim.allocated and claim.requests]
-    failed = {name: result for name, result in results.items()
+    failed = {name: result.allocation for name, result in results.items()
               if result is not None and result.plugin == "DynamicResources" and result.allocation is not None}
     if not pending or not failed:
         return []
     main = pending[0].requests[0].alternatives[0]
-    counts = {name: result.allocation.free_by_request.get(main.name, 0)  # type: ignore[union-attr]
-              for name, result in failed.items()}
+    counts = {name: allocation.free_by_request.get(main.name, 0) for name, allocation in failed.items()}
     best = max(counts, key=lambda name: (counts[name], name))
     hints = [f"the largest request for class {main.class_name} placeable on one node today is "
              f"{counts[best]} device(s) ({best}); request {main.name} asks for {main.needed}"]
-    holders = failed[best].allocation.holders  # type: ignore[union-attr]
+    holders = failed[best].holders
     if holders:
         parts = []
         for claim, count in sorted(holders.items(), key=lambda item: (-item[1], item[0]))[:3]:

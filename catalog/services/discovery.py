@@ -27,6 +27,7 @@ from audit.services import audit_record
 from catalog.isolation import ISOLATION_OF
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, UnitKind
 from catalog.services.matching import ClusterDevices, clusters_devices
+from core.types import RequestUser
 from inventory.k8s import consumable
 from inventory.k8s.semantics import parse_quantity
 from inventory.models import Mode
@@ -198,7 +199,7 @@ def _covered(curated: list[Offering], proposal: dict[str, Any]) -> bool:
 
 
 @transaction.atomic(durable=True)
-def discovery_run(*, actor: Any = None) -> dict[str, int]:
+def discovery_run(*, actor: RequestUser | None = None) -> dict[str, int]:
     """Create or refresh proposals from every cluster's inventory. Returns counts of created/refreshed/skipped."""
     proposals: dict[str, dict[str, Any]] = {}
     for loaded in clusters_devices():
@@ -236,7 +237,7 @@ def discovery_run(*, actor: Any = None) -> dict[str, int]:
 
 
 @transaction.atomic(durable=True)
-def proposal_decide(*, actor: Any, offering_id: int, accept: bool) -> Offering:
+def proposal_decide(*, actor: RequestUser | None, offering_id: int, accept: bool) -> Offering:
     """Accept a proposal into the catalog (active, curated) or dismiss it (discovery will not propose it again)."""
     offering = Offering.objects.select_for_update().get(pk=offering_id)
     if offering.lifecycle != Lifecycle.PROPOSED:

@@ -11,13 +11,13 @@ or a ResourceClaimTemplate + Job for DRA), explains it as a gang over the cluste
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from catalog.feasibility.gang import GangExplanation, gang_pods
 from catalog.generator import MAX_COUNT, GeneratorError, WorkloadSpec, generate
 from catalog.models import Offering, OfferingCapacity
 from catalog.services.manifests import gang_explain
 from catalog.services.workloads import generator_facts
+from core.types import RequestUser
 from inventory.models import Cluster
 
 __all__ = ["MAX_GANG_VIEW_PODS", "GangView", "offering_gang_view"]
@@ -52,7 +52,7 @@ def _spread(free_by_node: dict[str, int], units: int) -> str:
     return text
 
 
-def offering_gang_view(offering: Offering, cluster: Cluster, *, pods: int, units: int, user: Any) -> GangView:
+def offering_gang_view(offering: Offering, cluster: Cluster, *, pods: int, units: int, user: RequestUser) -> GangView:
     """Explain an N x R job of `offering` on `cluster` now, for `user` (other tenants' names hidden)."""
     if not 1 <= pods <= MAX_GANG_VIEW_PODS or not 1 <= units <= MAX_COUNT:
         return GangView(cluster, pods, units, "", error=f"Between 1 and {MAX_GANG_VIEW_PODS} pods of 1 to "

@@ -25,6 +25,7 @@ from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snaps
 from catalog.feasibility.gang import GangExplanation, GangPod, explain_gang, gang_pods
 from catalog.feasibility.viewer import EVERYONE, Viewer
 from catalog.validation import Finding, ValidationContext, ValidationReport, context_for_cluster, validate_manifest
+from core.types import RequestUser
 from inventory.errors import ClusterError
 from inventory.models import Cluster
 from inventory.redaction import holder_rule
@@ -164,7 +165,7 @@ def snapshot_gang_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSn
     return run
 
 
-def viewer_for(user: Any, cluster: Cluster) -> Viewer:
+def viewer_for(user: RequestUser | None, cluster: Cluster) -> Viewer:
     """Names of other tenants' pods and claims in explanations follow the inventory's holder rule."""
     if user is None:
         return EVERYONE
@@ -211,7 +212,7 @@ def _dry_run(cluster: Cluster) -> Any:
     return run
 
 
-def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: Any = None) -> ValidationContext:
+def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: RequestUser | None = None) -> ValidationContext:
     """The validator's context. With a user (pages and API), documents outside the user's namespaces are an error
     and their quota and feasibility are not computed (platform roles may validate anywhere), and the dry run only
     runs in tenant namespaces the user may target. Without a user (the command line) nothing is restricted."""
@@ -230,19 +231,19 @@ def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: 
     return context
 
 
-def manifest_validate(*, text: str, cluster: Cluster | None, user: Any, dry_run: bool = False) -> ValidationReport:
+def manifest_validate(*, text: str, cluster: Cluster | None, user: RequestUser, dry_run: bool = False) -> ValidationReport:
     """Validate a manifest for `user` against a cluster (or only the cluster-independent layers). Writes nothing."""
     return validate_manifest(text, validation_context(cluster, dry_run=dry_run, user=user))
 
 
-def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: Any,
+def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: RequestUser,
                 claims: list[dict[str, Any]] | None = None) -> Explanation:
     """Explain a pod for `user`: other tenants' pods and claims are not named (viewer_for)."""
     return explain_pod(pod, cluster_snapshot(cluster), viewer=viewer_for(user, cluster),
                        **_split_claims(claims or []))
 
 
-def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: Any, claims: list[dict[str, Any]] | None = None,
+def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: RequestUser, claims: list[dict[str, Any]] | None = None,
                  topology: str = "") -> GangExplanation:
     """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given?);
     other tenants' names are hidden."""

@@ -17,6 +17,7 @@ from catalog.errors import CatalogError, OfferingValidationError
 from catalog.isolation import declared_sharing, isolation_problem
 from catalog.models import DEFAULT_ISOLATION, DRA_KINDS, Isolation, Lifecycle, Offering, OfferingPrice, UnitKind
 from catalog.versions import parse_version
+from core.types import RequestUser
 from inventory.k8s.semantics import is_dns_subdomain, is_extended_resource, qualified_name_problem
 
 EDITABLE_FIELDS = (
@@ -147,7 +148,7 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 @transaction.atomic(durable=True)
-def offering_create(*, actor: Any, data: dict[str, Any]) -> Offering:
+def offering_create(*, actor: RequestUser | None, data: dict[str, Any]) -> Offering:
     values = _defaults(data)
     errors = offering_validate(values)
     if errors:
@@ -158,7 +159,7 @@ def offering_create(*, actor: Any, data: dict[str, Any]) -> Offering:
 
 
 @transaction.atomic(durable=True)
-def offering_update(*, actor: Any, offering_id: int, data: dict[str, Any]) -> Offering:
+def offering_update(*, actor: RequestUser | None, offering_id: int, data: dict[str, Any]) -> Offering:
     """Edit an offering. Editing a discovery proposal curates it: discovery never touches it again."""
     offering = Offering.objects.select_for_update().get(pk=offering_id)
     before = {name: getattr(offering, name) for name in EDITABLE_FIELDS}
@@ -178,7 +179,7 @@ def offering_update(*, actor: Any, offering_id: int, data: dict[str, Any]) -> Of
 
 
 @transaction.atomic(durable=True)
-def offering_lifecycle_change(*, actor: Any, offering_id: int, lifecycle: str,
+def offering_lifecycle_change(*, actor: RequestUser | None, offering_id: int, lifecycle: str,
                               replacement_id: int | None = None, retire_on: dt.date | None = None) -> Offering:
     """active ↔ deprecated (with a replacement that is not retired) → retired (now or on a future date)."""
     offering = Offering.objects.select_for_update().get(pk=offering_id)
@@ -250,7 +251,7 @@ def _decimal(value: Any) -> Decimal | None:
 
 
 @transaction.atomic(durable=True)
-def price_set(*, actor: Any, offering_id: int, unit_price: Any, currency: str,
+def price_set(*, actor: RequestUser | None, offering_id: int, unit_price: Any, currency: str,
               effective_from: dt.datetime | None = None, effective_to: dt.datetime | None = None) -> OfferingPrice:
     """Add a price period. It may not start in the past (that would rewrite charges already made); the period
     in force at its start is closed there; it may not overlap a period that starts later (delete that first)."""
@@ -295,7 +296,7 @@ def price_set(*, actor: Any, offering_id: int, unit_price: Any, currency: str,
 
 
 @transaction.atomic(durable=True)
-def price_delete(*, actor: Any, price_id: int) -> None:
+def price_delete(*, actor: RequestUser | None, price_id: int) -> None:
     """Remove a scheduled (future) price; prices in force or past are history and stay."""
     price = OfferingPrice.objects.select_for_update().select_related("offering").get(pk=price_id)
     if price.effective_from <= timezone.now():

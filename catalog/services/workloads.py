@@ -5,11 +5,11 @@ read."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import Count
 
 from catalog.models import Offering
+from core.types import RequestUser
 from inventory.models import Cluster, DeviceClass, Namespace
 from inventory.models import Device as InventoryDevice
 from inventory.scoping import targets_for
@@ -25,13 +25,13 @@ class GeneratorFacts:
     driver: str
 
 
-def user_namespaces(user: Any, cluster: Cluster) -> list[str]:
+def user_namespaces(user: RequestUser | None, cluster: Cluster) -> list[str]:
     """The namespaces of `cluster` the user may target (the tenancy's answer, inventory.scoping.targets_for; none
     without a user or a registered tenancy: fail closed)."""
     return targets_for(user, cluster)
 
 
-def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user: Any = None) -> GeneratorFacts:
+def generator_facts(*, cluster: Cluster | None, offering: Offering | None, user: RequestUser | None = None) -> GeneratorFacts:
     namespaces: tuple[str, ...] = ()
     extended, driver = "", DEFAULT_DRIVER
     if cluster is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from catalog.validation.context import ValidationContext
@@ -87,20 +88,20 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
                            if namespace_of(document, context.default_namespace) in allowed]
     findings += check_quota(holders, claim_documents, context, manifest)
     findings += check_queues(holders, context.kueue)
-    if context.feasibility is not None:
+    feasibility, gang_feasibility, dry_run = context.feasibility, context.gang_feasibility, context.dry_run
+    if feasibility is not None:
         claims = [copy.deepcopy(document) for _index, document in claim_documents]
         for holder in holders:
             findings += _call(
                 "feasibility", holder.index, holder.kind == "Job",
-                lambda holder=holder: context.feasibility(_as_pod(holder), copy.deepcopy(claims)),  # type: ignore[misc]
+                partial(_run_feasibility, feasibility, holder, claims),
             )
-            if context.gang_feasibility is not None and holder.pods > 1:
+            if gang_feasibility is not None and holder.pods > 1:
                 findings += _call(
                     "feasibility", holder.index, holder.kind == "Job",
-                    lambda holder=holder: context.gang_feasibility(  # type: ignore[misc]
-                        _as_pod(holder), holder.pods, copy.deepcopy(claims)),
+                    partial(_run_gang_feasibility, gang_feasibility, holder, claims),
                 )
-    if context.dry_run is not None:
+    if dry_run is not None:
         outside = sorted({namespace_of(d, context.default_namespace) for _i, d in valid} - context.dry_run_namespaces
                          ) if context.dry_run_namespaces is not None else []
         if outside:
@@ -109,11 +110,21 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
                                     "", "layers-skipped"))
         elif len(valid) == len(documents):
             findings += _call("dry-run", None, False,
-                              lambda: context.dry_run([copy.deepcopy(d) for d in documents]))  # type: ignore[misc]
+                              lambda: dry_run([copy.deepcopy(d) for d in documents]))
         else:
             findings.append(Finding("dry-run", "info", "", "the server dry-run was skipped: some documents failed "
                                     "the schema layer", "", "layers-skipped"))
     return ValidationReport(documents=list(documents), findings=findings)
+
+
+def _run_feasibility(check: Callable[[dict[str, Any], list[dict[str, Any]]], list[Finding]], holder: PodHolder,
+                     claims: list[dict[str, Any]]) -> list[Finding]:
+    return check(_as_pod(holder), copy.deepcopy(claims))
+
+
+def _run_gang_feasibility(check: Callable[[dict[str, Any], int, list[dict[str, Any]]], list[Finding]],
+                          holder: PodHolder, claims: list[dict[str, Any]]) -> list[Finding]:
+    return check(_as_pod(holder), holder.pods, copy.deepcopy(claims))
 
 
 def _as_pod(holder: PodHolder) -> dict[str, Any]:

@@ -131,7 +131,8 @@ def document_path(index: int) -> str:
 
 def document_summary(index: int, document: Any) -> dict[str, Any]:
     doc = document if isinstance(document, dict) else {}
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    metadata = doc.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
 
     def text(value: Any) -> str:
         return plain(value, 253) if isinstance(value, str) else ""

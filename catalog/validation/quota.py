@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from catalog.validation.context import ValidationContext, class_extended_resource_name
@@ -156,8 +157,8 @@ def _collect(
         for name, amount in limits.items():
             if name in ("cpu", "memory", "ephemeral-storage"):
                 pod_part.add(f"limits.{name}", amount * pods, index)
-        for name, amount in pod_extended_requests({"spec": holder.spec}).items():
-            pod_part.add(f"requests.{name}", amount * pods, index)
+        for name, units in pod_extended_requests({"spec": holder.spec}).items():
+            pod_part.add(f"requests.{name}", units * pods, index)
         for entry in as_list(holder.spec.get("resourceClaims")):
             template_name = as_str(as_dict(entry).get("resourceClaimTemplateName"))
             if not template_name:
@@ -284,6 +285,14 @@ def _compare(namespace: str, quota: dict[str, Any], demand: _Part, notes_list: l
     return applied
 
 
+def _sets_request_or_limit(resource: str, requests: dict[str, Any], limits: dict[str, Any]) -> bool:
+    return resource in requests or resource in limits  # a limit alone defaults the request to it
+
+
+def _sets_limit(resource: str, _requests: dict[str, Any], limits: dict[str, Any]) -> bool:
+    return resource in limits
+
+
 def _required_resources(quota: dict[str, Any], holders: list[PodHolder]) -> list[Finding]:
     """A quota on cpu/memory makes the API server reject pods whose containers do not state that resource."""
     hard = as_dict(quota.get("hard"))
@@ -292,9 +301,9 @@ def _required_resources(quota: dict[str, Any], holders: list[PodHolder]) -> list
     rules: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], bool]]] = []
     for resource in ("cpu", "memory"):
         if resource in hard or f"requests.{resource}" in hard:
-            rules.append((f"requests.{resource}", lambda req, lim, r=resource: r in req or r in lim))
+            rules.append((f"requests.{resource}", partial(_sets_request_or_limit, resource)))
         if f"limits.{resource}" in hard:
-            rules.append((f"limits.{resource}", lambda _req, lim, r=resource: r in lim))
+            rules.append((f"limits.{resource}", partial(_sets_limit, resource)))
     for holder in holders:
         for key, states in rules:
             missing = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from integrations.errors import WebhookValidationError
@@ -12,7 +13,7 @@ from integrations.models import WebhookDelivery, WebhookSubscription
 from integrations.services import SECRET_MAX, SECRET_MIN
 
 
-class WebhookSubscriptionSerializer(serializers.ModelSerializer):
+class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscription]):
     secret = serializers.CharField(write_only=True, min_length=SECRET_MIN, max_length=SECRET_MAX, trim_whitespace=False,
                                    style={"input_type": "password"},
                                    help_text="HMAC-SHA512 key of the signature header. Write-only.")
@@ -21,7 +22,7 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer):
         help_text="Inventory changes (`node.created`, `device.deleted`, prefix `device.`) and audit verbs or "
                   "prefixes (`grant.`, `violation.`, `quota_request.approved`).",
     )
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = WebhookSubscription
@@ -45,7 +46,7 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class WebhookDeliverySerializer(serializers.ModelSerializer):
+class WebhookDeliverySerializer(serializers.ModelSerializer[WebhookDelivery]):
     class Meta:
         model = WebhookDelivery
         fields = ["id", "event_type", "source", "event_id", "status", "attempts", "last_response_code", "last_error",

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.settings import api_settings
 
+from core.api.exceptions import PortalExceptionHandlerMixin
 from integrations.api.serializers import WebhookDeliverySerializer, WebhookSubscriptionSerializer
 from integrations.models import WebhookDelivery, WebhookSubscription
 from integrations.permissions import IsWebhookAdmin
@@ -24,14 +25,14 @@ from integrations.services import (
     webhook_subscription_delete,
     webhook_subscription_update,
 )
-from inventory.api.exceptions import PortalExceptionHandlerMixin
 
 
-class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
+class WebhookSubscriptionViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet[Any]):  # subscriptions, and their deliveries
     """Webhook subscriptions (platform admins only). Writes are audited; the secret is write-only."""
 
     serializer_class = WebhookSubscriptionSerializer
-    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsWebhookAdmin]
+    # api_settings imports the dotted paths of the setting; the stubs type it as the strings.
+    permission_classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, IsWebhookAdmin]  # type: ignore[list-item]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     token_scope = "inventory:read"  # noqa: S105 - scope names, not secrets
     token_write_scope = "admin:write"  # noqa: S105 - platform-admin-only writes (docs/tokens.md)

@@ -4,6 +4,8 @@ docs/changes-webhooks.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -13,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fast import ORJSONRenderer
 from inventory.changefeed import (
     HEAD,
@@ -30,7 +32,7 @@ from inventory.redaction import can_see_sensitive
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
 
-class ChangeEventSerializer(serializers.Serializer):
+class ChangeEventSerializer(serializers.Serializer[Any]):
     cursor = serializers.CharField(help_text="Resume right after this event.")
     id = serializers.IntegerField()
     event = serializers.CharField(help_text="`<object_type>.<action>`, e.g. `node.updated`.")
@@ -47,7 +49,7 @@ class ChangeEventSerializer(serializers.Serializer):
     )
 
 
-class ChangeFeedPageSerializer(serializers.Serializer):
+class ChangeFeedPageSerializer(serializers.Serializer[Any]):
     results = ChangeEventSerializer(many=True)
     next = serializers.CharField(allow_blank=True,
                                  help_text="Cursor to pass as `since` next time (also when `results` is empty).")

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from inventory.api.pagination import PortalLimitOffsetPagination
+from core.api.pagination import PortalLimitOffsetPagination
 
 
 class NoCountLimitOffsetPagination(PortalLimitOffsetPagination):

@@ -1,7 +1,8 @@
 from django.urls import path
 from rest_framework import routers
 
-from inventory.api import changes, cmdb, inventory_views, views
+from inventory.api import changes, cmdb
+from inventory.api.views import accelerators, clusters
 
 
 class APIRootView(routers.APIRootView):
@@ -13,14 +14,14 @@ class APIRootView(routers.APIRootView):
 app_name = "inventory-api"
 router = routers.DefaultRouter()
 router.APIRootView = APIRootView
-router.register("clusters", views.ClusterViewSet, basename="cluster")
-router.register("nodes", views.NodeViewSet, basename="node")
-router.register("devices", inventory_views.DeviceViewSet, basename="device")
-router.register("pods", inventory_views.AcceleratorPodViewSet, basename="pod")
-router.register("resource-slices", inventory_views.ResourceSliceViewSet, basename="resource-slice")
-router.register("device-classes", inventory_views.DeviceClassViewSet, basename="device-class")
-router.register("resource-claims", inventory_views.ResourceClaimViewSet, basename="resource-claim")
-router.register("findings", inventory_views.FindingViewSet, basename="finding")
+router.register("clusters", clusters.ClusterViewSet, basename="cluster")
+router.register("nodes", clusters.NodeViewSet, basename="node")
+router.register("devices", accelerators.DeviceViewSet, basename="device")
+router.register("pods", accelerators.AcceleratorPodViewSet, basename="pod")
+router.register("resource-slices", accelerators.ResourceSliceViewSet, basename="resource-slice")
+router.register("device-classes", accelerators.DeviceClassViewSet, basename="device-class")
+router.register("resource-claims", accelerators.ResourceClaimViewSet, basename="resource-claim")
+router.register("findings", accelerators.FindingViewSet, basename="finding")
 urlpatterns = [
     path("cmdb/clusters/", cmdb.CmdbClusterView.as_view(), name="cmdb-clusters"),
     path("cmdb/nodes/", cmdb.CmdbNodeView.as_view(), name="cmdb-nodes"),

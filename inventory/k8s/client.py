@@ -50,6 +50,9 @@ __all__ = ["ClusterClient", "KubernetesClusterClient", "WatchStream"]
 
 
 class ClusterClient(Protocol):
+    """What the portal needs of a cluster: reads for the sync engine, dry runs for the validator, and the writes
+    of the quota and enforcement appliers (server-side apply under our field manager, delete by name and uid)."""
+
     def server_version(self) -> str: ...
 
     def discover(self) -> ApiDiscovery: ...
@@ -57,6 +60,12 @@ class ClusterClient(Protocol):
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage: ...
 
     def watch(self, kind: KindRef, *, resource_version: str, timeout_seconds: int) -> WatchStream: ...
+
+    def create_dry_run(self, document: dict[str, Any]) -> DryRunResult: ...
+
+    def apply(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult: ...
+
+    def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str = "") -> bool: ...
 
     def close(self) -> None: ...
 
@@ -125,6 +134,13 @@ def _translate(exc: ApiException, what: str) -> Exception:
     return ClusterRequestError(message, status=status)
 
 
+class _StreamEnd:
+    """The reader thread's last item: the stream ended normally (or `close()` was called)."""
+
+
+_StreamItem = WatchEvent | Exception | _StreamEnd
+
+
 class WatchStream:
     """Iterates the events of one watch request; `close()` from any thread ends it.
 
@@ -133,12 +149,12 @@ class WatchStream:
     the server ended the stream normally.
     """
 
-    _END = object()
+    _END = _StreamEnd()
 
     def __init__(self, response: Any, what: str) -> None:
         self._response = response
         self._what = what
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=10_000)
+        self._queue: queue.Queue[_StreamItem] = queue.Queue(maxsize=10_000)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._read, name=f"watch-{what}", daemon=True)
         self._thread.start()
@@ -161,7 +177,7 @@ class WatchStream:
             else:
                 self._put(ClusterUnreachableError(f"{self._what}: watch connection lost: {type(exc).__name__}"))
 
-    def _put(self, item: object) -> None:
+    def _put(self, item: _StreamItem) -> None:
         while not self._closed.is_set():
             try:
                 self._queue.put(item, timeout=0.5)
@@ -169,7 +185,7 @@ class WatchStream:
             except queue.Full:
                 continue
 
-    def _parse(self, line: bytes) -> object:
+    def _parse(self, line: bytes) -> WatchEvent | Exception:
         try:
             data = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -206,21 +222,21 @@ class WatchStream:
                 item = self._queue.get(timeout=min(limit - now, 0.5))
             except queue.Empty:
                 continue
-            if item is self._END:
+            if isinstance(item, _StreamEnd):
                 return events, True
             if isinstance(item, Exception):
                 if events:  # deliver what came before the error first
                     self._pending_error(item)
                     return events, False
                 raise item
-            events.append(item)  # type: ignore[arg-type]
+            events.append(item)
             if first_at is None:
                 first_at = time.monotonic()
         return events, False
 
     def _pending_error(self, error: Exception) -> None:
         # Put the error back at the front: a fresh queue with the error first, then the rest.
-        rest: list[object] = []
+        rest: list[_StreamItem] = []
         while True:
             try:
                 rest.append(self._queue.get_nowait())

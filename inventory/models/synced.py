@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from core.types import RequestUser
 from inventory.fields import BulkJSONField, EncryptedTextField
 
 
@@ -147,11 +148,11 @@ class SyncIssue(models.Model):
         return f"{self.kind} {self.namespace}/{self.name}: {self.error[:60]}"
 
 
-class KubeObjectQuerySet(models.QuerySet):
+class KubeObjectQuerySet(models.QuerySet[Any]):
     def live(self) -> Self:
         return self.filter(deleted_at__isnull=True)
 
-    def visible_to(self, user: Any) -> Self:
+    def visible_to(self, user: RequestUser) -> Self:
         """The one entry point for what a user may see: namespaced kinds only in the namespaces of the user's tenants
         (every namespace for platform roles), cluster-scoped kinds to any signed-in user; nothing when anonymous or
         when no tenancy is registered (inventory.scoping fails closed)."""

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from inventory.errors import ClusterConfigError
-from inventory.k8s.client import KubernetesClusterClient
+from inventory.k8s.client import ClusterClient, KubernetesClusterClient
 from inventory.k8s.kubeconfig import MAX_KUBECONFIG_BYTES, kubeconfig_parse
 from inventory.models import Cluster
+
+# How services that talk to a cluster get its client: `client_for` in production, a fake in tests.
+ClientFactory = Callable[[Cluster], ClusterClient]
 
 
 def parse_kubeconfig(text: str, *, context: str = "") -> dict[str, Any]:
@@ -77,6 +81,7 @@ def cluster_connection_validate(*, connection: str, kubeconfig: str = "", kubeco
 
 
 def client_for(cluster: Cluster) -> KubernetesClusterClient:
+    """The cluster's API client (a ClusterClient; a ClientFactory); its kubeconfig is validated again here."""
     timeouts = {"connect_timeout": settings.PORTAL_K8S_CONNECT_TIMEOUT, "read_timeout": settings.PORTAL_K8S_READ_TIMEOUT}
     if cluster.connection == Cluster.ConnectionKind.IN_CLUSTER:
         return KubernetesClusterClient.in_cluster(**timeouts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from audit.services import audit_record
+from core.types import RequestUser
 from inventory.changefeed import cluster_snapshot, snapshot_text
 from inventory.errors import ClusterConfigError
 from inventory.models import Cluster
@@ -15,7 +16,7 @@ from inventory.services.clients import cluster_connection_validate
 @transaction.atomic(durable=True)
 def cluster_register(
     *, name: str, kubeconfig: str = "", kubeconfig_path: str = "", in_cluster: bool = False, context: str = "",
-    description: str = "", actor: object = None,
+    description: str = "", actor: RequestUser | None = None,
 ) -> Cluster:
     """Create or update a cluster's connection settings. Idempotent by name. Validates, never logs, the kubeconfig:
     it must be data with inline credentials (no command, no file, no unlisted proxy), and a path must lie under
@@ -54,13 +55,13 @@ def cluster_register(
 
 
 @transaction.atomic(durable=True)
-def cluster_delete(*, cluster_id: int, actor: object = None) -> None:
+def cluster_delete(*, cluster_id: int, actor: RequestUser | None = None) -> None:
     """Delete a cluster and everything mirrored or derived from it; the change feed records the deletion of its
     nodes, devices and itself, and the audit log the deletion (never the kubeconfig)."""
     cluster_delete_in_transaction(cluster_id=cluster_id, actor=actor)
 
 
-def cluster_delete_in_transaction(*, cluster_id: int, actor: object = None) -> None:
+def cluster_delete_in_transaction(*, cluster_id: int, actor: RequestUser | None = None) -> None:
     """`cluster_delete` for a caller that already opened the transaction (the admin's delete views)."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("cluster_delete_in_transaction must run inside a transaction")

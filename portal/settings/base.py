@@ -143,7 +143,7 @@ X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     # drf-spectacular, plus the error, 304 and ETag answers it does not document by itself.
-    "DEFAULT_SCHEMA_CLASS": "inventory.api.schema.PortalAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api.schema.PortalAutoSchema",
     # Views with their own permission_classes extend these (`[*api_settings.DEFAULT_PERMISSION_CLASSES, …]`):
     # API tokens are refused by views that do not run TokenScopePermission (docs/tokens.md).
     "DEFAULT_PERMISSION_CLASSES": [
@@ -160,12 +160,12 @@ REST_FRAMEWORK = {
     ],
     # JSON bodies bounded by DATA_UPLOAD_MAX_MEMORY_SIZE and refused (400) when nested too deeply; forms as DRF's.
     "DEFAULT_PARSER_CLASSES": [
-        "inventory.api.parsers.BoundedJSONParser",
+        "core.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "inventory.api.pagination.PortalLimitOffsetPagination",  # limit ≤ 1000
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.PortalLimitOffsetPagination",  # limit ≤ 1000
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": ["apitokens.throttling.TokenRateThrottle"],  # token requests only
 }

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from inventory.api.exceptions import portal_exception_handler
+from core.api.exceptions import portal_exception_handler
 from inventory.errors import ClusterConfigError, LeaseLostError
 from inventory.models import SyncState
 from tests.inventory.factories import ClusterFactory, NodeFactory, SyncStateFactory

@@ -5,13 +5,13 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import viewsets
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.serializers import ClusterSerializer, NodeSerializer
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node
 
 
-class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
     """Registered clusters and their per-kind sync state. Connection secrets are never exposed."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
@@ -21,7 +21,7 @@ class ClusterViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet)
         return Cluster.objects.defer("kubeconfig", "kubeconfig_path").prefetch_related("sync_states").order_by("name")
 
 
-class NodeViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet[Node]):
     """Live (not tombstoned) nodes of every cluster; see inventory.filtersets for the filter semantics."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret

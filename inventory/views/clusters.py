@@ -13,6 +13,7 @@ from django.views.generic import DetailView, ListView
 from django_filters.views import FilterView
 from django_htmx.http import HttpResponseStopPolling
 
+from core.htmx import HtmxPartialMixin
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Cluster, Node, SyncIncident, SyncIssue
 from inventory.redaction import holder_rule
@@ -20,18 +21,6 @@ from inventory.selectors import cluster_capabilities, cluster_sync_overview, nod
 
 RECENT_ISSUES = 20
 NODE_PODS_SHOWN = 500
-
-
-class HtmxPartialMixin:
-    """Answer htmx (non-boosted) requests with the template's `#results` partial only (NetBox's htmx_partial rule)."""
-
-    request: HttpRequest
-    template_name: str
-
-    def get_template_names(self) -> list[str]:
-        if self.request.htmx and not self.request.htmx.boosted:
-            return [f"{self.template_name}#results"]
-        return [self.template_name]
 
 
 class ClusterListView(LoginRequiredMixin, HtmxPartialMixin, ListView):

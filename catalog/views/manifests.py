@@ -14,12 +14,14 @@ from catalog.forms import GeneratorForm, ValidateForm
 from catalog.generator import DRA_SHAPES, GeneratorError, WorkloadSpec, generate, parse_command
 from catalog.services.manifests import manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
+from core.htmx import partial_template
+from core.types import RequestUser
 from inventory.k8s.conversion import dra_to_v1, served_dra_version
 from inventory.models import Cluster, Pod
 from inventory.selectors import dra_served_version, dra_unavailable_reason, evidence_events
 
 
-def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
+def _spec_from(form: GeneratorForm, user: RequestUser) -> WorkloadSpec:
     data = form.cleaned_data
     offering, cluster = data["offering"], data.get("cluster")
     facts = generator_facts(cluster=cluster, offering=offering, user=user)
@@ -50,7 +52,7 @@ def _spec_from(form: GeneratorForm, user: Any) -> WorkloadSpec:
     return spec
 
 
-def generator_result(form: GeneratorForm, user: Any) -> dict[str, Any]:
+def generator_result(form: GeneratorForm, user: RequestUser) -> dict[str, Any]:
     """Run the generator, the validator and the explainer for a bound form."""
     if not form.is_valid():
         return {"form": form}
@@ -110,7 +112,7 @@ class GenerateView(LoginRequiredMixin, View):
             response = HttpResponse(result["generated"].yaml, content_type="application/yaml; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="{result["filename"]}"'
             return response
-        template = f"{self.template_name}#output" if request.htmx else self.template_name
+        template = partial_template(request, self.template_name, "output")
         return render(request, template, {**result, "shapes_dra": sorted(DRA_SHAPES)})
 
 
@@ -136,7 +138,7 @@ class ValidateView(LoginRequiredMixin, View):
             context["report"] = manifest_validate(text=form.cleaned_data["manifest"],
                                                   cluster=form.cleaned_data.get("cluster"), user=request.user,
                                                   dry_run=form.cleaned_data.get("dry_run", False))
-        template = f"{self.template_name}#report" if request.htmx else self.template_name
+        template = partial_template(request, self.template_name, "report")
         return render(request, template, context)
 
 

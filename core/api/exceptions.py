@@ -8,10 +8,11 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from inventory.errors import LeaseLostError, PortalError, StateConflictError
+from core.errors import PortalError, StateConflictError
 
-# Errors that mean "the resource is not in a state that allows this" rather than "your input is wrong".
-CONFLICT_ERRORS: tuple[type[PortalError], ...] = (LeaseLostError, StateConflictError)
+# Errors that mean "the resource is not in a state that allows this" rather than "your input is wrong"; an app's
+# conflict errors subclass StateConflictError (inventory's LeaseLostError does), as core imports no app.
+CONFLICT_ERRORS: tuple[type[PortalError], ...] = (StateConflictError,)
 
 
 def portal_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -20,8 +20,9 @@ from catalog.generator import SHAPES, TOPOLOGIES, GeneratorError, WorkloadSpec, 
 from catalog.models import Offering
 from catalog.services.manifests import gang_explain, manifest_validate, pod_explain
 from catalog.services.workloads import generator_facts, namespace_error
-from inventory.api.exceptions import PortalExceptionHandlerMixin
-from inventory.api.fields import SlugRelatedField
+from core.api.exceptions import PortalExceptionHandlerMixin
+from core.api.fields import SlugRelatedField
+from core.types import RequestUser
 from inventory.k8s.semantics import is_qualified_name
 from inventory.models import Cluster
 from inventory.scoping import scope_for, targets_for
@@ -175,7 +176,7 @@ def _submitted_objects(validated: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "Pod", **validated["pod"]}]
 
 
-def _outside_namespaces(user: Any, cluster: Cluster, namespaces: set[str]) -> Response | None:
+def _outside_namespaces(user: RequestUser, cluster: Cluster, namespaces: set[str]) -> Response | None:
     """A 400 naming the first namespace that is not the reader's (platform roles may explain anywhere), or None."""
     if scope_for(user).everything:
         return None

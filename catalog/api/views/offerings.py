@@ -33,7 +33,7 @@ from catalog.selectors import capacity_history, offerings_for
 from catalog.services.compatibility import RequirementError, offerings_check
 from catalog.services.matching import offering_selector_check, offering_warnings
 from catalog.services.offerings import offering_create, offering_lifecycle_change, offering_update, price_set
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 
 
 class CuratorOrReadOnly(permissions.BasePermission):

@@ -41,9 +41,10 @@ from catalog.services.offerings import (
     price_set,
 )
 from catalog.services.queues import offering_queues
+from core.htmx import HtmxPartialMixin, partial_template, wants_partial
+from core.types import RequestUser
 from inventory.models import DeviceClass
 from inventory.selectors import dra_unavailable_clusters
-from inventory.views import HtmxPartialMixin
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ CLAIM_NAME = "accelerator"
 IMAGE = "registry.example.com/team/app:tag"
 
 
-def is_curator(user: Any) -> bool:
+def is_curator(user: RequestUser) -> bool:
     return bool(user.is_authenticated and user.has_perm(CURATE))
 
 
@@ -229,19 +230,15 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
         return None
 
 
-class OfferingDetailView(LoginRequiredMixin, DetailView):
+class OfferingDetailView(LoginRequiredMixin, HtmxPartialMixin, DetailView):
     """What a unit is, compatibility, prices, lifecycle, live capacity with plots, and request snippets."""
 
     template_name = "catalog/offering_detail.html"
+    partial_name = "history"
     context_object_name = "offering"
 
     def get_queryset(self) -> QuerySet[Offering]:
         return offerings_for(self.request.user, include_all=True)
-
-    def get_template_names(self) -> list[str]:
-        if self.request.htmx and not self.request.htmx.boosted:
-            return [f"{self.template_name}#history"]
-        return [self.template_name]
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -267,7 +264,7 @@ class OfferingDetailView(LoginRequiredMixin, DetailView):
             if offering.is_dra else "",
             unavailable_clusters=dra_unavailable_clusters() if offering.is_dra else [],
         )
-        if not (self.request.htmx and not self.request.htmx.boosted):
+        if not wants_partial(self.request):
             context["snippets"] = request_snippets(offering)
             context["queues"] = offering_queues(offering)
         context["gang_defaults"] = {"pods": 4, "units": reference_request(offering)}
@@ -305,7 +302,7 @@ def render_edit(
     partial: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    """The edit page (or one of its partials, for htmx) with whichever sub-form is bound."""
+    """The edit page (or its `partial`, for htmx) with whichever sub-form is bound."""
     current = offering.price_at()
     context = {
         "offering": offering,
@@ -316,7 +313,8 @@ def render_edit(
         "now": timezone.now(),
         "creating": False,
     }
-    template = "catalog/offering_form.html" + (f"#{partial}" if partial else "")
+    template = "catalog/offering_form.html"
+    template = partial_template(request, template, partial) if partial else template
     return render(request, template, context, status=status)
 
 
@@ -379,7 +377,7 @@ class OfferingPriceView(CuratorRequiredMixin, View):
                     f"per unit-hour scheduled for {offering.name}.",
                 )
                 return done(request, reverse("catalog:offering_edit", kwargs={"slug": offering.slug}))
-        return render_edit(request, offering, price_form=form, partial="prices" if request.htmx else "")
+        return render_edit(request, offering, price_form=form, partial="prices")
 
 
 class PriceDeleteView(CuratorRequiredMixin, View):
@@ -417,7 +415,7 @@ class OfferingLifecycleView(CuratorRequiredMixin, View):
             else:
                 messages.success(request, f"{offering.name} is now {offering.get_lifecycle_display().lower()}.")
                 return done(request, reverse("catalog:offering_edit", kwargs={"slug": offering.slug}))
-        return render_edit(request, offering, lifecycle_form=form, partial="lifecycle" if request.htmx else "")
+        return render_edit(request, offering, lifecycle_form=form, partial="lifecycle")
 
 
 class SelectorCheckView(CuratorRequiredMixin, View):

@@ -1,6 +1,6 @@
 """Accelerator inventory pages: overview, free capacity, node device panel, device detail, pending pods, findings.
 
-Read-only and thin: filtering lives in inventory.inventory_filtersets, aggregation in inventory.overview, the
+Read-only and thin: filtering lives in inventory.filtersets, aggregation in inventory.overview, the
 sensitive-field rule in inventory.redaction.
 """
 
@@ -17,7 +17,8 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 from django_filters.views import FilterView
 
-from inventory.inventory_filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
+from core.htmx import HtmxPartialMixin
+from inventory.filtersets import PENDING_STAGES, DeviceFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, Finding, Node, Path, Pod, ResourceClaim
 from inventory.overview import accelerator_overview
 from inventory.podstatus import pod_claim_served_resources
@@ -30,7 +31,6 @@ from inventory.redaction import (
     redact_value,
 )
 from inventory.selectors import QueuedWorkload, evidence_events, queued_workloads
-from inventory.views import HtmxPartialMixin
 
 # Columns the list pages render; the JSON detail columns stay in the database.
 DEVICE_LIST_DEFER = ("attributes", "capacities", "consumes_counters", "taints", "reserved_for", "cluster__kubeconfig")

@@ -1,4 +1,4 @@
-"""Read-only REST resources of the accelerator inventory; filters in inventory.inventory_filtersets."""
+"""Read-only REST resources of the accelerator inventory; filters in inventory.filtersets."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from inventory.api.exceptions import PortalExceptionHandlerMixin
+from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.api.fast import NoCountLimitOffsetPagination, ORJSONRenderer
-from inventory.api.inventory_serializers import (
+from inventory.api.serializers import (
     AcceleratorPodSerializer,
     DeviceClassSerializer,
     DeviceSerializer,
@@ -22,7 +22,7 @@ from inventory.api.inventory_serializers import (
     ResourceClaimSerializer,
     ResourceSliceSerializer,
 )
-from inventory.inventory_filtersets import DeviceApiFilterSet, FindingFilterSet, PodFilterSet
+from inventory.filtersets import DeviceApiFilterSet, FindingFilterSet, PodFilterSet
 from inventory.models import Device, DeviceClass, Finding, Pod, ResourceClaim, ResourceSlice
 from inventory.redaction import can_see_sensitive, holder_rule, redact_holder, redacts_node_names
 from inventory.representations import splice_documents

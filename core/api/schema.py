@@ -5,7 +5,7 @@ schema-driven fuzzing in tests/test_api_fuzz.py, docs/api-fuzzing.md):
 - 400 wherever the request carries input (query parameters or a body) or the operation writes (domain errors),
 - 401 and 403 wherever authentication is required (no or bad credentials; a role or a token scope is missing),
 - 404 wherever the path names an object (or `?format=` chooses a renderer: DRF answers an unknown one with 404),
-- 409 on writes of views whose domain errors include state conflicts (inventory.api.exceptions),
+- 409 on writes of views whose domain errors include state conflicts (core.api.exceptions),
 - 429 wherever a throttle applies (API tokens are rate-limited),
 - 304 on reads: ConditionalGetMiddleware sets `ETag` and answers `If-None-Match` with 304 Not Modified.
 
@@ -20,14 +20,14 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry
 from rest_framework import permissions, serializers
 
-from inventory.api.exceptions import portal_exception_handler
+from core.api.exceptions import portal_exception_handler
 
 JSON = "application/json"
 # Streamed bodies get no ETag from ConditionalGetMiddleware, hence no 304.
 STREAMED_MEDIA_TYPES = frozenset({"application/x-ndjson"})
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     """An error answer: DRF's `detail`, plus the domain error's class for the portal's own errors."""
 
     detail = serializers.CharField()
@@ -70,7 +70,7 @@ class PortalAutoSchema(AutoSchema):
         codes = []
         if writes or query or "requestBody" in operation:
             codes.append("400")
-        if not all(issubclass(p, permissions.AllowAny) for p in view.permission_classes):
+        if not all(isinstance(p, type) and issubclass(p, permissions.AllowAny) for p in view.permission_classes):
             codes += ["401", "403"]
         if "{" in self.path or "format" in query:  # DRF answers an unknown `?format=` with 404
             codes.append("404")
