@@ -355,6 +355,9 @@ class GeneratorForm(forms.Form):
     cuda = forms.CharField(max_length=16, required=False, label="CUDA ≥", help_text="e.g. 12.4")
     compute_capability = forms.CharField(max_length=8, required=False, label="Compute capability ≥",
                                          help_text="e.g. 8.0")
+    queue_name = forms.CharField(max_length=63, required=False, label="Kueue LocalQueue",
+                                 help_text="Where the cluster admits work through Kueue: the LocalQueue of the "
+                                           "namespace. A Job is then created suspended until Kueue admits it.")
     dry_run = forms.BooleanField(required=False, label="Dry run against the cluster",
                                  help_text="The API server validates and admits the objects without storing them.")
 

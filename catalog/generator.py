@@ -30,6 +30,7 @@ from catalog.sharing import not_additive_message, refused_message
 from catalog.versions import parse_version
 from inventory.k8s.conversion import dra_from_v1
 from inventory.k8s.semantics import is_dns_label, parse_quantity
+from inventory.k8s.semantics.kueue import QUEUE_NAME_LABEL
 
 SHAPES = {
     "pod": "Pod",
@@ -87,6 +88,7 @@ class WorkloadSpec:
     device_driver: str = "gpu.nvidia.com"   # the DRA driver whose attributes the requirement selectors read
     extended_resource_name: str = ""        # a DRA class's extendedResourceName, if any
     dra_version: str = "v1"                 # the resource.k8s.io version the target cluster serves (v1beta1 on 1.32)
+    queue_name: str = ""                    # a Kueue LocalQueue of the namespace: labelled, Jobs created suspended
 
 
 @dataclass
@@ -122,6 +124,8 @@ def _check(spec: WorkloadSpec) -> None:
     _check_parallelism_and_topology(spec, add)
     _check_container(spec, add)
     _check_requirements(spec, add)
+    if spec.queue_name and not is_dns_label(spec.queue_name):
+        add("queue_name", "A LocalQueue name: lowercase letters, digits and '-', at most 63 characters.")
     if errors:
         raise GeneratorError(errors)
 
@@ -304,6 +308,21 @@ def _labels(spec: WorkloadSpec) -> dict[str, str]:
     return {"app.kubernetes.io/name": spec.name, "portal.example.com/offering": spec.offering.slug}
 
 
+def _queued(spec: WorkloadSpec, workload: dict[str, Any], why: list[str]) -> None:
+    """Kueue: the workload names its LocalQueue; a Job is created suspended and Kueue starts it on admission."""
+    if not spec.queue_name:
+        return
+    metadata = workload["metadata"]  # a copy: the claim documents share the base labels
+    workload["metadata"] = {**metadata, "labels": {**metadata["labels"], QUEUE_NAME_LABEL: spec.queue_name}}
+    if workload["kind"] == "Job":
+        workload["spec"]["suspend"] = True
+        why.append(f"Queued through Kueue's LocalQueue {spec.queue_name}: created suspended, started when its "
+                   "ClusterQueue has quota for all its pods.")
+    else:
+        why.append(f"Queued through Kueue's LocalQueue {spec.queue_name} (needs Kueue's pod integration): the pod is "
+                   "gated until admitted.")
+
+
 def generate(spec: WorkloadSpec) -> Generated:
     """Build the documents and their commented YAML. Raises GeneratorError with per-field messages."""
     _check(spec)
@@ -369,6 +388,7 @@ def generate(spec: WorkloadSpec) -> Generated:
             workload["spec"]["completionMode"] = "Indexed"  # stable ranks for the workers
     else:
         workload = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    _queued(spec, workload, why)
     documents.append((workload, why))
     text = "\n".join(_commented(doc, comments) for doc, comments in documents)
     notes = []

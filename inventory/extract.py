@@ -16,6 +16,7 @@ import orjson
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import format_quantity, parse_quantity
+from inventory.k8s.semantics.kueue import cluster_queue_quotas, flavor_usage, workload_requests, workload_state
 from inventory.podstatus import (
     is_accelerator_pod,
     pod_claim_names,
@@ -238,6 +239,62 @@ def _nothing(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
     return {}
 
 
+# ----------------------------------------------------------------------------------------------- Kueue (v1beta2 shape)
+def _count(value: Any, issues: list[str], field: str) -> int | None:
+    number = _int_or_none(value, issues, field)
+    return number if number is None or number >= 0 else None
+
+
+def _resource_flavor(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    spec = _dict(obj.get("spec"))
+    labels = spec.get("nodeLabels")
+    if labels is not None and not isinstance(labels, dict):
+        issues.append("spec.nodeLabels: not a map")
+    return {"node_labels": {_str(k): _str(v, MAX_LABEL_VALUE) for k, v in _dict(labels).items()},
+            "node_taints": [t for t in _list(spec.get("nodeTaints")) if isinstance(t, dict)]}
+
+
+def _cohort(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    return {"parent": _str(_dict(obj.get("spec")).get("parentName"))}
+
+
+def _cluster_queue(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
+    return {
+        "cohort": _str(spec.get("cohortName")),
+        "quotas": [quota.to_json() for quota in cluster_queue_quotas(spec, issues)],
+        "usage": flavor_usage(status, issues),
+        "pending_workloads": _count(status.get("pendingWorkloads"), issues, "status.pendingWorkloads"),
+        "admitted_workloads": _count(status.get("admittedWorkloads"), issues, "status.admittedWorkloads"),
+    }
+
+
+def _local_queue(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
+    if not spec.get("clusterQueue"):
+        issues.append("spec.clusterQueue: missing")
+    return {
+        "cluster_queue": _str(spec.get("clusterQueue")),
+        "pending_workloads": _count(status.get("pendingWorkloads"), issues, "status.pendingWorkloads"),
+        "admitted_workloads": _count(status.get("admittedWorkloads"), issues, "status.admittedWorkloads"),
+    }
+
+
+def _workload(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
+    state = workload_state(status)
+    pods, requests = workload_requests(spec, issues)
+    return {
+        "queue_name": _str(spec.get("queueName")),
+        "cluster_queue": _str(_dict(status.get("admission")).get("clusterQueue")),
+        "state": state.state,
+        "state_reason": _str(state.reason, 128),
+        "state_message": _str(state.message, 5000),
+        "pod_count": min(pods, 2**31 - 1),
+        "requests": {name: format_quantity(amount) for name, amount in sorted(requests.items())},
+    }
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, Any], list[str]], dict[str, Any]]] = {
     "namespaces": _namespace,
     "nodes": _node,
@@ -252,6 +309,11 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any], list[str]], dict[str, Any]]] = {
     "configmaps": _nothing,
     "validatingadmissionpolicies": _nothing,
     "validatingadmissionpolicybindings": _nothing,
+    "resourceflavors": _resource_flavor,
+    "cohorts": _cohort,
+    "clusterqueues": _cluster_queue,
+    "localqueues": _local_queue,
+    "workloads": _workload,
 }
 TOP_LEVEL = {"events": EVENT_TOP_LEVEL, "configmaps": KNOWN_TOP_LEVEL | {"data", "binaryData", "immutable"}}
 NEEDS_STATUS = {"nodes", "pods"}

@@ -19,6 +19,11 @@ MODELS: dict[str, type[models.KubeObject]] = {
     "configmaps": models.ConfigMap,
     "validatingadmissionpolicies": models.AdmissionPolicy,
     "validatingadmissionpolicybindings": models.AdmissionPolicyBinding,
+    "resourceflavors": models.ResourceFlavor,
+    "cohorts": models.Cohort,
+    "clusterqueues": models.ClusterQueue,
+    "localqueues": models.LocalQueue,
+    "workloads": models.Workload,
 }
 SYNCED_KINDS: tuple[str, ...] = tuple(KINDS)
 if set(MODELS) != set(KINDS):  # pragma: no cover - a programming error caught at import

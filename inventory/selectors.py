@@ -11,10 +11,12 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from core.types import RequestUser
 from inventory.k8s.discovery import DRA_KINDS, VAP_KINDS, ApiDiscovery
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
+from inventory.k8s.semantics.kueue import QueueState, queue_fit, quotas_from_json, usage_from_json
 from inventory.kinds import MODELS, SYNCED_KINDS
-from inventory.models import Cluster, Event, Node, Pod, SyncState
+from inventory.models import Cluster, ClusterQueue, Event, LocalQueue, Node, Pod, SyncState, Workload
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
@@ -282,4 +284,73 @@ def evidence_events(*, cluster_ids: Iterable[int], uids: Iterable[str],
         if len(found) < per_object:
             found.append(EvidenceEvent(row.involved_uid, row.involved_kind, row.involved_name, row.type, row.reason,
                                        row.message[:2000], row.count or 1, row.last_timestamp or row.k8s_created_at))
+    return out
+
+
+@dataclass(frozen=True)
+class QueuedWorkload:
+    """A Kueue Workload waiting for quota, and why: Kueue's own condition message and the portal's reading of its
+    ClusterQueue's quota and usage (inventory/k8s/semantics/kueue.py)."""
+
+    workload: Workload
+    cluster_queue: str
+    position: int  # 1-based, among the queue's pending workloads (priority, then age: Kueue's FIFO order)
+    waiting: int  # pending workloads in that ClusterQueue
+    reasons: tuple[str, ...]
+    kueue_message: str
+
+    @property
+    def summary(self) -> str:
+        head = "queued: not admitted"
+        if self.reasons:
+            return f"{head} — {self.reasons[0]}"
+        return f"{head} — {self.kueue_message}" if self.kueue_message else head
+
+
+def _priority(workload: Workload) -> int:
+    value = (workload.raw.get("spec") or {}).get("priority") if isinstance(workload.raw, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def queued_workloads(user: RequestUser, *, cluster_id: int | None = None, namespace: str = "",
+                     limit: int = 100) -> list[QueuedWorkload]:
+    """The user's pending Kueue Workloads (tenant scoped like pods) with the reason each waits."""
+    pending = Workload.objects.live().visible_to(user).filter(state=Workload.State.PENDING)
+    if cluster_id is not None:
+        pending = pending.filter(cluster_id=cluster_id)
+    if namespace:
+        pending = pending.filter(namespace=namespace)
+    mine = list(pending.select_related("cluster").defer("cluster__kubeconfig")
+                .order_by("cluster__name", "k8s_created_at", "namespace", "name")[:limit])
+    if not mine:
+        return []
+    clusters = {w.cluster_id for w in mine}
+    targets = {(c, ns, name): cq for c, ns, name, cq in LocalQueue.objects.live().filter(cluster_id__in=clusters)
+               .values_list("cluster_id", "namespace", "name", "cluster_queue")}
+    queues = {(q.cluster_id, q.name): QueueState(q.name, tuple(quotas_from_json(q.quotas)), usage_from_json(q.usage),
+                                                 q.cohort)
+              for q in ClusterQueue.objects.live().filter(cluster_id__in=clusters)
+              .only("cluster_id", "name", "quotas", "usage", "cohort")}
+    # Queue order over every pending workload of those queues (other tenants' too: counted, never shown).
+    order: dict[tuple[int, str], list[tuple[int, datetime | None, int]]] = {}
+    for w in (Workload.objects.live().filter(cluster_id__in=clusters, state=Workload.State.PENDING)
+              .only("pk", "cluster_id", "namespace", "queue_name", "raw", "k8s_created_at")):
+        cq = targets.get((w.cluster_id, w.namespace, w.queue_name), "")
+        order.setdefault((w.cluster_id, cq), []).append((-_priority(w), w.k8s_created_at, w.pk))
+    out = []
+    for w in mine:
+        cq = targets.get((w.cluster_id, w.namespace, w.queue_name), "")
+        line = sorted(order.get((w.cluster_id, cq), []), key=lambda e: (e[0], e[1] or timezone.now(), e[2]))
+        position = next((i + 1 for i, entry in enumerate(line) if entry[2] == w.pk), 0)
+        reasons: list[str] = []
+        if not cq:
+            reasons.append(f"LocalQueue {w.queue_name or '(none)'} does not exist in namespace {w.namespace}")
+        elif (w.cluster_id, cq) not in queues:
+            reasons.append(f"ClusterQueue {cq} does not exist")
+        else:
+            queue = queues[(w.cluster_id, cq)]
+            cohort = [q for (c, _n), q in queues.items() if c == w.cluster_id and queue.cohort and q.cohort == queue.cohort]
+            demand = {name: parse_quantity(amount) for name, amount in (w.requests or {}).items()}
+            reasons += queue_fit(queue, demand, cohort).reasons(cq)
+        out.append(QueuedWorkload(w, cq, position, len(line), tuple(reasons), w.state_message))
     return out

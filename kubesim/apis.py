@@ -16,6 +16,8 @@ from typing import Any
 RESOURCE_GROUP = "resource.k8s.io"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 EVENTS_GROUP = "events.k8s.io"
+KUEUE_GROUP = "kueue.x-k8s.io"  # Kueue's CRDs; v1beta2 is its storage version (Kueue 0.15+), v1beta1 the older one
+KUEUE_STORAGE_VERSION = "v1beta2"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first, as kube-apiserver lists them
 
 
@@ -28,6 +30,7 @@ class ApiProfile:
     resource_versions: tuple[str, ...]  # served resource.k8s.io versions, preferred first; () = no DRA group
     events_api: bool = True  # events.k8s.io/v1
     admission_policies: bool = True  # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy(+Binding)
+    kueue_versions: tuple[str, ...] = ()  # served kueue.x-k8s.io versions (Kueue installed), preferred first
 
     @property
     def minor(self) -> str:
@@ -42,6 +45,8 @@ class ApiProfile:
             groups[ADMISSION_GROUP] = ("v1",)
         if self.events_api:
             groups[EVENTS_GROUP] = ("v1",)
+        if self.kueue_versions:
+            groups[KUEUE_GROUP] = self.kueue_versions
         return groups
 
 
@@ -54,6 +59,8 @@ PROFILES: dict[str, ApiProfile] = {
         ApiProfile("dra-v1beta2", "v1.33.2", ("v1beta2",)),
         ApiProfile("no-events", "v1.35.0", ("v1",), events_api=False),
         ApiProfile("no-admission-policies", "v1.29.10", (), admission_policies=False),
+        ApiProfile("kueue", "v1.35.0", ("v1",), kueue_versions=("v1beta2", "v1beta1")),
+        ApiProfile("kueue-v1beta1", "v1.33.2", ("v1beta2",), kueue_versions=("v1beta1",)),
     )
 }
 
@@ -176,10 +183,29 @@ def event_to_core(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------------------------- kueue.x-k8s.io
+# v1beta2 renamed a few fields of v1beta1 (Kueue's apis/kueue/v1beta1/*_conversion.go); the simulator converts the
+# ones its scenarios use: a ClusterQueue's `cohort` became `cohortName`.
+_KUEUE_SPEC_RENAMES = {"ClusterQueue": (("cohort", "cohortName"),)}
+
+
+def _kueue_convert(obj: dict[str, Any], version: str, *, to_storage: bool) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{KUEUE_GROUP}/{KUEUE_STORAGE_VERSION if to_storage else version}"
+    spec = out.get("spec")
+    if isinstance(spec, dict) and version == "v1beta1":
+        for old, new in _KUEUE_SPEC_RENAMES.get(str(out.get("kind")), ()):
+            source, target = (old, new) if to_storage else (new, old)
+            if source in spec:
+                spec[target] = spec.pop(source)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- dispatch
 def converts(group: str, version: str) -> bool:
     """Whether objects of this served group version differ from their stored form."""
-    return group == EVENTS_GROUP or (group == RESOURCE_GROUP and version != "v1")
+    return (group == EVENTS_GROUP or (group == RESOURCE_GROUP and version != "v1")
+            or (group == KUEUE_GROUP and version != KUEUE_STORAGE_VERSION))
 
 
 def to_served(group: str, version: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +213,8 @@ def to_served(group: str, version: str, obj: dict[str, Any]) -> dict[str, Any]:
         return event_from_core(obj)
     if group == RESOURCE_GROUP:
         return dra_from_v1(obj, version)
+    if group == KUEUE_GROUP:
+        return _kueue_convert(obj, version, to_storage=False)
     return obj
 
 
@@ -195,4 +223,6 @@ def to_storage(group: str, obj: dict[str, Any]) -> dict[str, Any]:
         return event_to_core(obj)
     if group == RESOURCE_GROUP:
         return dra_to_v1(obj)
+    if group == KUEUE_GROUP:
+        return _kueue_convert(obj, str(obj.get("apiVersion", "")).rpartition("/")[2], to_storage=True)
     return obj

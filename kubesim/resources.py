@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 
-from .apis import ADMISSION_GROUP, EVENTS_GROUP, RESOURCE_GROUP, ApiProfile, profile
+from .apis import ADMISSION_GROUP, EVENTS_GROUP, KUEUE_GROUP, KUEUE_STORAGE_VERSION, RESOURCE_GROUP, ApiProfile, profile
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 INTEGER_COLUMNS = frozenset({"pod_restarts", "cm_data", "vap_validations"})
@@ -173,8 +173,19 @@ RESOURCES: dict[str, ResourceType] = {
             (("Name", "name"), ("PolicyName", "vapb_policy"), ("ParamRef", "vapb_param_ref"), ("Age", "age")),
             ("api-extensions",),
         ),
+        # Kueue (served only by profiles that install it): stored at its storage version v1beta2.
+        ResourceType("resourceflavors", "resourceflavor", "ResourceFlavor", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False,
+                     ("flavor", "flavors", "rf")),
+        ResourceType("cohorts", "cohort", "Cohort", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False, ("co",), True),
+        ResourceType("clusterqueues", "clusterqueue", "ClusterQueue", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False,
+                     ("cq",), True),
+        ResourceType("localqueues", "localqueue", "LocalQueue", KUEUE_GROUP, KUEUE_STORAGE_VERSION, True,
+                     ("queue", "queues", "lq"), True),
+        ResourceType("workloads", "workload", "Workload", KUEUE_GROUP, KUEUE_STORAGE_VERSION, True, ("wl",), True),
     ]
 }
+# The version each named group is stored at (everything else: v1).
+STORAGE_VERSIONS = {KUEUE_GROUP: KUEUE_STORAGE_VERSION}
 
 BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCES.values()}
 # events.k8s.io/v1 Event: a view of the stored core/v1 Events (same store key "events"), in the new field names
@@ -189,7 +200,8 @@ def served_types(api: ApiProfile) -> dict[tuple[str, str], dict[str, ResourceTyp
             if group == EVENTS_GROUP:
                 served[(group, version)] = {"events": EVENTS_V1}
             else:
-                served[(group, version)] = {p: replace(r, version=version) for p, r in by_group_version(group, "v1").items()}
+                stored = by_group_version(group, STORAGE_VERSIONS.get(group, "v1"))
+                served[(group, version)] = {p: replace(r, version=version) for p, r in stored.items()}
     return served
 
 
@@ -211,6 +223,11 @@ KIND_ORDER = [
     "resourceclaims",
     "pods",
     "events",
+    "resourceflavors",
+    "cohorts",
+    "clusterqueues",
+    "localqueues",
+    "workloads",
 ]
 
 

@@ -23,6 +23,7 @@ from .churn import Churn
 from .dcgm import Telemetry, TelemetryConfig
 from .errors import ApiError, not_found
 from .faults import Faults
+from .kueue import KueueAdmission
 from .protobuf import decode_protobuf
 from .quota import QuotaAdmission
 from .selectors import make_filter
@@ -289,6 +290,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._send_error(ApiError(code, reason, msg, details), headers)
                 return
             self._handle(method, route, q, body)
+            if method in ("POST", "PUT", "PATCH", "DELETE"):  # Kueue's controller reacts to the write
+                self.sim.kueue.written(route.rt.group, route.subresource, q.get("dryRun") == "All")
         except ApiError as e:
             self._send_error(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -752,6 +755,7 @@ class Simulator:
         self.store = Store(history_limit=history_limit)
         self.admission = PolicyAdmission(self.store)
         self.quota = QuotaAdmission(self.store)
+        self.kueue = KueueAdmission(self.store)
         self.faults = Faults(self)
         self.churn = Churn(self)
         self._httpd: _Server | None = None

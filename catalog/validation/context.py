@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
 from catalog.validation.findings import ValidationFinding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL
+from catalog.validation.queues import KueueContext
 from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match, limit_range_defaults
 from inventory.k8s.semantics import quantity_or_none as quantity
+from inventory.k8s.semantics.kueue import QueueState, quotas_from_json, usage_from_json
 
 if TYPE_CHECKING:
     from inventory.models import Cluster
@@ -67,6 +69,8 @@ class ValidationContext:
     shared_resources: dict[str, list[SharedNode]] | None = None
     # Why the cluster cannot run DRA workloads ("" when it can): DRA documents get that reason, not "no such class".
     dra_unavailable: str = ""
+    # The cluster's Kueue queues (catalog/validation/queues.py); None where the cluster does not serve Kueue.
+    kueue: KueueContext | None = None
 
     def extended_resource_names(self) -> set[str]:
         """Every extended resource a pod can ask for: node capacity plus DRA classes' (implicit) names."""
@@ -120,7 +124,27 @@ def context_for_cluster(cluster: Cluster) -> ValidationContext:
         single_unit_pools=catalog_single_unit_pools(),
     )
     context.dra_unavailable = dra_unavailable_reason(cluster)
+    context.kueue = kueue_context_for_cluster(cluster)
     return context
+
+
+def kueue_context_for_cluster(cluster: Cluster) -> KueueContext | None:
+    """The cluster's LocalQueues and ClusterQueues (live rows), or None when the cluster does not serve Kueue."""
+    from inventory.models import ClusterQueue, LocalQueue, SyncState
+
+    served = SyncState.objects.filter(cluster=cluster, kind="clusterqueues").exclude(
+        phase=SyncState.Phase.UNSERVED).exclude(served_version="").exists()
+    if not served:
+        return None
+    return KueueContext(
+        local_queues={(ns, name): target for ns, name, target in LocalQueue.objects.live().filter(cluster=cluster)
+                      .values_list("namespace", "name", "cluster_queue")},
+        cluster_queues={
+            queue.name: QueueState(queue.name, tuple(quotas_from_json(queue.quotas)), usage_from_json(queue.usage),
+                                   queue.cohort)
+            for queue in ClusterQueue.objects.live().filter(cluster=cluster).only("name", "quotas", "usage", "cohort")
+        },
+    )
 
 
 def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "",

@@ -28,6 +28,7 @@ from catalog.validation.objects import (
 )
 from catalog.validation.parse import parse_manifest
 from catalog.validation.policy import check_policy
+from catalog.validation.queues import check_queues
 from catalog.validation.quota import check_quota
 from catalog.validation.schema import check_schema, resolve_version
 from catalog.validation.semantics import Manifest, check_semantics
@@ -94,6 +95,7 @@ def validate_documents(documents: list[dict[str, Any]], context: ValidationConte
         claim_documents = [(index, document) for index, document in claim_documents
                            if namespace_of(document, context.default_namespace) in allowed]
     findings += check_quota(holders, claim_documents, context, manifest)
+    findings += check_queues(holders, context.kueue)
     feasibility, gang_feasibility, dry_run = context.feasibility, context.gang_feasibility, context.dry_run
     if feasibility is not None:
         claims = [copy.deepcopy(document) for _index, document in claim_documents]

@@ -40,6 +40,7 @@ def _spec_from(form: GeneratorForm, user: RequestUser) -> WorkloadSpec:
         cuda=data.get("cuda") or "", compute_capability=data.get("compute_capability") or "",
         device_driver=facts.driver, extended_resource_name=facts.extended_resource_name,
         dra_version=dra_served_version(cluster) if cluster is not None else "v1",
+        queue_name=data.get("queue_name") or "",
     )
     if errors:  # report these together with the generator's own checks
         try:

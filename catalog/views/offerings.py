@@ -40,6 +40,7 @@ from catalog.services.offerings import (
     price_delete,
     price_set,
 )
+from catalog.services.queues import offering_queues
 from core.htmx import HtmxPartialMixin, partial_template, wants_partial
 from core.types import RequestUser
 from inventory.models import DeviceClass
@@ -265,6 +266,7 @@ class OfferingDetailView(LoginRequiredMixin, HtmxPartialMixin, DetailView):
         )
         if not wants_partial(self.request):
             context["snippets"] = request_snippets(offering)
+            context["queues"] = offering_queues(offering)
         context["gang_defaults"] = {"pods": 4, "units": reference_request(offering)}
         return context
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import quote
 
 import orjson
@@ -279,6 +280,7 @@ class KubernetesClusterClient:
             "v1beta1": k8s.ResourceV1beta1Api(api_client=api_client),
         }
         self._admission = k8s.AdmissionregistrationV1Api(api_client=api_client)
+        self._custom = k8s.CustomObjectsApi(api_client=api_client)
         self._version = k8s.VersionApi(api_client=api_client)
         self._timeout = (connect_timeout, read_timeout)
         self._connect_timeout = connect_timeout
@@ -324,6 +326,13 @@ class KubernetesClusterClient:
         if kind.api == "resource":
             return self._resource[kind.version]
         return {"core": self._core, "admission": self._admission}[kind.api]
+
+    def _list_call(self, kind: KindRef) -> Callable[..., Any]:
+        """The client call that lists (and, with watch=True, watches) a kind. Custom resources (Kueue) have no typed
+        API: the generic call lists a namespaced kind across all namespaces, like the typed `*_for_all_namespaces`."""
+        if kind.api == "custom":
+            return functools.partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.key)
+        return cast(Callable[..., Any], getattr(self._api(kind), kind.list_method))
 
     def _call(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         try:
@@ -375,7 +384,7 @@ class KubernetesClusterClient:
         return ApiDiscovery(git_version=str(version_doc.get("gitVersion") or ""), groups=groups, resources=resources)
 
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage:
-        method = getattr(self._api(kind), kind.list_method)
+        method = self._list_call(kind)
         kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": self._timeout}
         if kind.namespace:
             kwargs["namespace"] = kind.namespace
@@ -401,7 +410,7 @@ class KubernetesClusterClient:
         )
 
     def watch(self, kind: KindRef, *, resource_version: str, timeout_seconds: int) -> WatchStream:
-        method = getattr(self._api(kind), kind.list_method)
+        method = self._list_call(kind)
         response = self._call(
             f"watch {kind.key}",
             method,

@@ -87,3 +87,54 @@ def served_dra_version(obj: Any) -> str:
     """The resource.k8s.io version of an object ("" for other groups)."""
     group, _, version = str(obj.get("apiVersion", "") if isinstance(obj, dict) else "").rpartition("/")
     return version if group == RESOURCE_GROUP else ""
+
+
+# ----------------------------------------------------------------------------------------------- kueue.x-k8s.io
+# Kueue v1beta1 → v1beta2 (Kueue's apis/kueue/v1beta1/*_conversion.go), the fields the portal reads: a ClusterQueue's
+# `cohort` became `cohortName`, a LocalQueue's `status.flavorUsage` became `flavorsUsage`, a Workload's
+# `priorityClassName` (+ `priorityClassSource`) became `priorityClassRef`.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_STORED_VERSION = "v1beta2"
+
+
+def _rename(container: Any, old: str, new: str) -> None:
+    if isinstance(container, dict) and old in container and new not in container:
+        container[new] = container.pop(old)
+
+
+def kueue_to_v1beta2(obj: Any, version: str) -> Any:
+    """`obj` as served at kueue.x-k8s.io/`version`, in the v1beta2 shape (a copy; v1beta2 objects as they are)."""
+    if version == KUEUE_STORED_VERSION or not isinstance(obj, dict):
+        return obj
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{KUEUE_GROUP}/{KUEUE_STORED_VERSION}"
+    kind, spec = out.get("kind"), out.get("spec")
+    if kind == "ClusterQueue":
+        _rename(spec, "cohort", "cohortName")
+    elif kind == "LocalQueue":
+        _rename(out.get("status"), "flavorUsage", "flavorsUsage")
+    elif kind == "Workload" and isinstance(spec, dict) and isinstance(spec.get("priorityClassName"), str):
+        source = spec.pop("priorityClassSource", "")
+        name = spec.pop("priorityClassName")
+        if name and "priorityClassRef" not in spec:
+            pod_class = source == "scheduling.k8s.io/priorityclass"
+            spec["priorityClassRef"] = {
+                "group": "scheduling.k8s.io" if pod_class else KUEUE_GROUP,
+                "kind": "PriorityClass" if pod_class else "WorkloadPriorityClass",
+                "name": name,
+            }
+    return out
+
+
+def to_stored_shape(obj: Any, group: str, version: str) -> Any:
+    """An object as a cluster served it, in the shape the portal stores and reads (the newest it understands)."""
+    if group == RESOURCE_GROUP:
+        return dra_to_v1(obj, version)
+    if group == KUEUE_GROUP:
+        return kueue_to_v1beta2(obj, version)
+    return obj
+
+
+def converted_on_read(group: str, version: str) -> bool:
+    """Whether objects served at this group version are stored in another shape (the served one kept beside)."""
+    return (group == RESOURCE_GROUP and version != "v1") or (group == KUEUE_GROUP and version != KUEUE_STORED_VERSION)

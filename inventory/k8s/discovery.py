@@ -12,19 +12,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inventory.k8s.semantics.values import as_dict
-from inventory.k8s.types import KINDS, KindRef
+from inventory.k8s.types import KINDS, KUEUE_GROUP, KindRef
 
 RESOURCE_GROUP = "resource.k8s.io"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 EVENTS_GROUP = "events.k8s.io"
 # Groups whose resource lists discovery fetches (core/v1 is always fetched).
-DISCOVERED_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP, EVENTS_GROUP)
+DISCOVERED_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP, EVENTS_GROUP, KUEUE_GROUP)
 # Versions the portal can read, best first. DRA: v1 (1.34+), v1beta2 (1.33), v1beta1 (1.32); the conversion module
 # (inventory/k8s/conversion.py) turns the older shapes into v1.
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
+# Kueue: v1beta2 (Kueue 0.15+; 0.20 serves nothing else), v1beta1 before it (inventory/k8s/conversion.py).
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+_GROUP_VERSIONS = {RESOURCE_GROUP: DRA_VERSIONS, KUEUE_GROUP: KUEUE_VERSIONS}
 READABLE_VERSIONS: dict[str, tuple[str, ...]] = {
-    key: DRA_VERSIONS if ref.group == RESOURCE_GROUP else (ref.version,) for key, ref in KINDS.items()
+    key: _GROUP_VERSIONS.get(ref.group, (ref.version,)) for key, ref in KINDS.items()
 }
+KUEUE_KINDS = tuple(key for key, ref in KINDS.items() if ref.group == KUEUE_GROUP)
 DRA_KINDS = tuple(key for key, ref in KINDS.items() if ref.group == RESOURCE_GROUP)
 VAP_KINDS = ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
@@ -104,6 +108,13 @@ class ApiDiscovery:
                 return f"DRA not available on this cluster{self._where()}"
             return (f"DRA served only as {', '.join(f'{base.group}/{v}' for v in served)}{self._where()}; the portal "
                     f"reads {', '.join(readable)}")
+        if base.group == KUEUE_GROUP:
+            if not served:
+                return f"Kueue is not installed on this cluster (no {KUEUE_GROUP} API)"
+            if any(self.serves(base.group, v, base.key) for v in served):
+                return (f"Kueue served only as {', '.join(f'{base.group}/{v}' for v in served)}; the portal reads "
+                        f"{', '.join(readable)}")
+            return f"{base.kind} not served by this cluster's Kueue ({', '.join(served)})"
         if base.group == ADMISSION_GROUP:
             return (f"{base.kind} {base.api_version} not served on this cluster{self._where()}; it needs Kubernetes "
                     "1.30 or newer")

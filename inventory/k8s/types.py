@@ -15,8 +15,8 @@ class KindRef:
     group: str  # "" for core
     version: str
     namespaced: bool
-    api: str  # "core", "resource" or "admission"
-    list_method: str  # method on the typed API class
+    api: str  # "core", "resource", "admission" or "custom" (a CRD: listed by group, version and plural)
+    list_method: str  # method on the typed API class ("" for custom resources)
     namespace: str = ""  # only this namespace (namespaced kinds the portal reads from its own namespace)
 
     @property
@@ -27,6 +27,9 @@ class KindRef:
 # The namespace where the portal keeps its enforcement objects in each cluster (the privileged-exception
 # ConfigMap); the only namespace whose ConfigMaps are synced.
 PORTAL_SYSTEM_NAMESPACE = "accelerator-portal-system"
+# Kueue's API group (a CRD group: synced only where the cluster serves it) and the version the portal stores.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
 
 KINDS: dict[str, KindRef] = {
     ref.key: ref
@@ -59,6 +62,11 @@ KINDS: dict[str, KindRef] = {
             "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
             False, "admission", "list_validating_admission_policy_binding",
         ),
+        KindRef("resourceflavors", "ResourceFlavor", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
+        KindRef("cohorts", "Cohort", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
+        KindRef("clusterqueues", "ClusterQueue", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
+        KindRef("localqueues", "LocalQueue", KUEUE_GROUP, KUEUE_VERSION, True, "custom", ""),
+        KindRef("workloads", "Workload", KUEUE_GROUP, KUEUE_VERSION, True, "custom", ""),
     )
 }
 

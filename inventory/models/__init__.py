@@ -1,8 +1,9 @@
-"""Inventory models: mirrored Kubernetes objects (synced.py), what is derived from them (derived.py) and the CMDB
+"""Inventory models: mirrored Kubernetes objects (synced.py; Kueue's in queues.py), what is derived from them (derived.py) and the CMDB
 change feed (changes.py)."""
 
 from inventory.models.changes import ChangeEvent, ChangeFeedPrune
 from inventory.models.derived import AllocationInterval, ClaimAllocation, Device, Finding, Health, Mode, Path
+from inventory.models.queues import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from inventory.models.synced import (
     AdmissionPolicy,
     AdmissionPolicyBinding,
@@ -35,6 +36,8 @@ __all__ = [
     "ClaimAllocation",
     "Cluster",
     "ClusterQuerySet",
+    "ClusterQueue",
+    "Cohort",
     "ConfigMap",
     "Device",
     "DeviceClass",
@@ -44,6 +47,7 @@ __all__ = [
     "KubeObject",
     "KubeObjectQuerySet",
     "LimitRange",
+    "LocalQueue",
     "Mode",
     "Namespace",
     "Node",
@@ -51,9 +55,11 @@ __all__ = [
     "Pod",
     "ResourceClaim",
     "ResourceClaimTemplate",
+    "ResourceFlavor",
     "ResourceQuota",
     "ResourceSlice",
     "SyncIncident",
     "SyncIssue",
     "SyncState",
+    "Workload",
 ]

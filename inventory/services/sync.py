@@ -33,8 +33,7 @@ from inventory.errors import (
 )
 from inventory.extract import UnstorableObjectError, extract_row
 from inventory.k8s.client import ClusterClient
-from inventory.k8s.conversion import dra_to_v1
-from inventory.k8s.discovery import RESOURCE_GROUP
+from inventory.k8s.conversion import converted_on_read, to_stored_shape
 from inventory.k8s.types import KindRef, WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
@@ -125,14 +124,16 @@ def _fenced(state_id: int, token: int, *, cmdb_cluster_id: int | None = None) ->
 
 def _rows(model: type[KubeObject], cluster_id: int, kind: str, items: Iterable[Any], *, ref: KindRef | None = None,
           **extra: Any) -> tuple[list[KubeObject], list[SyncIssue]]:
-    """Rows of a page or batch; objects of a DRA kind served at an older version are stored in the v1 shape."""
+    """Rows of a page or batch; objects of a kind served at an older version (DRA, Kueue) are stored in the newest
+    shape the portal reads, the served one beside it."""
     rows: list[KubeObject] = []
     problems: list[SyncIssue] = []
     by_uid: dict[str, int] = {}
-    convert = ref is not None and ref.group == RESOURCE_GROUP and ref.version != "v1"
+    convert = ref is not None and converted_on_read(ref.group, ref.version)
     for obj in items:
         try:
-            columns = (extract_row(kind, dra_to_v1(obj, ref.version), served=obj) if convert and ref is not None
+            columns = (extract_row(kind, to_stored_shape(obj, ref.group, ref.version), served=obj)
+                       if convert and ref is not None
                        else extract_row(kind, obj))
         except UnstorableObjectError as exc:
             meta = obj.get("metadata") if isinstance(obj, dict) else None

@@ -30,7 +30,7 @@ from inventory.redaction import (
     redact_tree,
     redact_value,
 )
-from inventory.selectors import evidence_events
+from inventory.selectors import QueuedWorkload, evidence_events, queued_workloads
 
 # Columns the list pages render; the JSON detail columns stay in the database.
 DEVICE_LIST_DEFER = ("attributes", "capacities", "consumes_counters", "taints", "reserved_for", "cluster__kubeconfig")
@@ -159,6 +159,15 @@ def device_plugin_pods(device: Device) -> list[tuple[Pod, int]]:
     return out
 
 
+def _queued(user: Any, filters: dict[str, Any]) -> list[QueuedWorkload]:
+    """Kueue Workloads waiting for quota (their Jobs have no pods yet), shown beside the unscheduled pods."""
+    if filters.get("stage") not in (None, "", PENDING_STAGES[0][0]):
+        return []
+    cluster = filters.get("cluster")
+    return queued_workloads(user, cluster_id=cluster.pk if cluster is not None else None,
+                            namespace=filters.get("namespace") or "")
+
+
 class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
     """Accelerator pods that do not run: unscheduled (default), bound but not started, failed after start."""
 
@@ -192,6 +201,8 @@ class PendingPodsView(LoginRequiredMixin, HtmxPartialMixin, FilterView):
             pod.evidence = events.get(pod.uid, [])
         context["stages"] = PENDING_STAGES
         context["stage"] = self.filterset.form.cleaned_data.get("stage") if self.filterset.is_bound else ""
+        context["queued"] = _queued(self.request.user, self.filterset.form.cleaned_data if self.filterset.is_bound
+                                    else {})
         return context
 
 

@@ -21,6 +21,7 @@ BUILTIN_SCENARIOS = (
     "legacy-dra-v1beta1",
     "legacy-dra-v1beta2",
     "legacy-no-events",
+    "kueue",
 )
 EPOCH = datetime(2026, 1, 15, 8, 0, 0, tzinfo=UTC)
 DRIVER = "gpu.nvidia.com"

@@ -259,3 +259,27 @@ def test_topology_options_that_cannot_apply_are_refused(overrides, message) -> N
     with pytest.raises(GeneratorError) as caught:
         generate(_spec(offering, **overrides))
     assert message in " ".join(caught.value.errors["topology"])
+
+
+def test_a_queued_job_names_its_local_queue_and_is_created_suspended() -> None:
+    generated = generate(_spec(H200, shape="job", count=8, parallelism=4, queue_name="team-a-queue"))
+    (job,) = generated.documents
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert job["spec"]["suspend"] is True
+    assert "Queued through Kueue's LocalQueue team-a-queue" in generated.yaml
+    _schema_valid(generated.documents)
+    plain = generate(_spec(H200, shape="job", count=8)).documents[0]
+    assert "suspend" not in plain["spec"]
+    assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
+
+
+def test_a_queued_dra_job_labels_only_the_job() -> None:
+    template, job = generate(_spec(L40S, shape="claim-template-job", queue_name="team-a-queue")).documents
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert "kueue.x-k8s.io/queue-name" not in template["metadata"]["labels"]
+
+
+def test_a_queue_name_must_be_a_name() -> None:
+    with pytest.raises(GeneratorError) as caught:
+        generate(_spec(H200, shape="job", queue_name="Team A"))
+    assert list(caught.value.errors) == ["queue_name"]

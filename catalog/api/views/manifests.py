@@ -112,6 +112,9 @@ class GenerateInputSerializer(serializers.Serializer):
     architecture = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
     cuda = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
     compute_capability = serializers.CharField(max_length=8, required=False, allow_blank=True, default="")
+    queue_name = serializers.CharField(max_length=63, required=False, allow_blank=True, default="",
+                                       help_text="Kueue LocalQueue of the namespace: the workload is labelled "
+                                                 "kueue.x-k8s.io/queue-name and a Job created suspended.")
     dry_run = serializers.BooleanField(default=False)
 
 
