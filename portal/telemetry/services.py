@@ -415,27 +415,7 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
         for name, future in pending:
             series, answer_warnings = future.result()
             warnings.extend(answer_warnings)
-            for key, labels, value in series:
-                if name == "samples":
-                    rows.setdefault(key, Row(labels)).samples = int(value)
-                elif name in ("mean", "p95"):
-                    setattr(rows.setdefault(key, Row(labels)), "util_mean" if name == "mean" else "util_p95", value)
-                elif name == "mem" and key in rows:
-                    rows[key].mem = value
-                elif name == "temp":
-                    # card-level fields (temperature, energy, XID) carry no GPU_I_ID on MIG cards: spread below
-                    uuid = labels.get("UUID", "")
-                    card_temp[uuid] = max(value, card_temp.get(uuid, value))
-                elif name == "energy":
-                    card_energy[key] = value
-                elif name == "util_samples":
-                    row = rows.setdefault(key, Row(labels))
-                    row.samples = row.samples or int(value)
-                elif name == "util_mean":
-                    row = rows.setdefault(key, Row(labels))
-                    row.util_mean = min(1.0, value) if row.util_mean is None else row.util_mean
-                elif name == "util_p95" and key in rows and rows[key].util_p95 is None:
-                    rows[key].util_p95 = min(1.0, value)
+            _apply_answer(name, series, rows, card_temp, card_energy)
             del series
         for xid_future in xid_pending:
             points_series, answer_warnings = xid_future.result()
@@ -445,6 +425,40 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
     finally:
         # a failed read fails the rollup: the queries not started yet are not worth running
         pool.shutdown(wait=True, cancel_futures=True)
+    _spread_card_fields(rows, card_temp, card_energy, xid)
+    return rows, warnings
+
+
+def _apply_answer(name: str, series: list[tuple[tuple[str, str, str, str], dict[str, str], float]],
+                  rows: dict[tuple[Any, ...], Row], card_temp: dict[str, float],
+                  card_energy: dict[tuple[Any, ...], float]) -> None:
+    """One aggregate's answer into the rows (and the card-level temperature and energy, spread afterwards)."""
+    for key, labels, value in series:
+        if name == "samples":
+            rows.setdefault(key, Row(labels)).samples = int(value)
+        elif name in ("mean", "p95"):
+            setattr(rows.setdefault(key, Row(labels)), "util_mean" if name == "mean" else "util_p95", value)
+        elif name == "mem" and key in rows:
+            rows[key].mem = value
+        elif name == "temp":
+            # card-level fields (temperature, energy, XID) carry no GPU_I_ID on MIG cards: spread below
+            uuid = labels.get("UUID", "")
+            card_temp[uuid] = max(value, card_temp.get(uuid, value))
+        elif name == "energy":
+            card_energy[key] = value
+        elif name == "util_samples":
+            row = rows.setdefault(key, Row(labels))
+            row.samples = row.samples or int(value)
+        elif name == "util_mean":
+            row = rows.setdefault(key, Row(labels))
+            row.util_mean = min(1.0, value) if row.util_mean is None else row.util_mean
+        elif name == "util_p95" and key in rows and rows[key].util_p95 is None:
+            rows[key].util_p95 = min(1.0, value)
+
+
+def _spread_card_fields(rows: dict[tuple[Any, ...], Row], card_temp: dict[str, float],
+                        card_energy: dict[tuple[Any, ...], float], xid: dict[str, set[int]]) -> None:
+    """Card-level temperature, XID codes and energy onto every row of the card (MIG instances, shared replicas)."""
     per_card: dict[str, list[Row]] = defaultdict(list)
     for row in rows.values():
         per_card[row.labels.get("UUID", "")].append(row)
@@ -463,7 +477,6 @@ def _fetch_hour(client: PrometheusClient, selector: str, end: dt.datetime) -> tu
                 whole = next((v for k, v in card_energy.items() if k[0] == uuid and not k[1]), None)
                 slices = _slices(row.labels.get("GPU_I_PROFILE", ""))
                 row.energy = None if whole is None else whole * slices / 7
-    return rows, warnings
 
 
 def _slices(profile: str) -> int:
