@@ -17,7 +17,7 @@ from portal.access.services import access_request_create
 from portal.models import AccessKind
 from portal.quota.services import quota_request_create
 from portal.tenancy.roles import Role
-from tests.browser.conftest import log_in_as
+from tests.browser.conftest import log_in_as, settled
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 from tests.tools import require_tool
@@ -113,7 +113,7 @@ def test_every_page_of_every_persona_fits_and_has_no_serious_accessibility_viola
             for path in [*paths, *portal["long_pages"].get(username, [])]:
                 errors.clear()
                 response = page.goto(f"{live_server.url}{path}")
-                page.wait_for_load_state("networkidle")
+                settled(page)
                 where = f"{username} {path} @{width}px"
                 if response is None or response.status != 200:
                     problems.append(f"{where}: HTTP {response.status if response else '?'}")
