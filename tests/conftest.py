@@ -105,6 +105,40 @@ def live_sharing(transactional_db: None) -> Iterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
+def handmade_cluster(db: None) -> Any:
+    """A cluster with no simulator behind it, for objects made by hand (tests/inventory/factories.py) and fed in with
+    `apply`. A module whose tests take `cluster` makes it this one with a local `cluster` fixture."""
+    import redis
+    from django.conf import settings
+
+    from inventory.models import Cluster
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    return Cluster.objects.create(name="c1", kubeconfig="clusters: []")
+
+
+@pytest.fixture
+def apply(cluster: Any) -> Iterator[Callable[..., None]]:
+    """`apply(kind, *objects, event="ADDED")`: objects into the test's `cluster` through the real watch-batch path
+    (`_apply_events`), under one lease per kind, released at the end."""
+    from inventory.k8s.types import WatchEvent
+    from inventory.leases import Lease, lease_backend
+    from inventory.services.sync import _apply_events, sync_state_for
+
+    leases: dict[str, Lease] = {}
+
+    def _apply(kind: str, *objects: dict[str, Any], event: str = "ADDED") -> None:
+        if kind not in leases:
+            leases[kind] = lease_backend().acquire(sync_state_for(cluster_id=cluster.pk, kind=kind), 60)
+        _apply_events(cluster_id=cluster.pk, kind=kind, events=[WatchEvent(event, o) for o in objects],
+                      lease=leases[kind])
+
+    yield _apply
+    for lease in leases.values():
+        lease.release()
+
+
+@pytest.fixture
 def prometheus(tmp_path: Any) -> Iterator[Callable[..., Any]]:
     """Start Debian's Prometheus on an ephemeral port (`prometheus(scrape_interval=..., backfill=[files])`), its
     config and data under tmp_path; every instance started is stopped at the end."""

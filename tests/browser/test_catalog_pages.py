@@ -18,8 +18,7 @@ from inventory.models import Cluster
 from portal.roles import Role
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user
-from tests.inventory.factories import ClusterFactory
-from tests.inventory.inventory_factories import DeviceClassFactory, DraDeviceFactory
+from tests.inventory.factories import ClusterFactory, DeviceClassFactory, DraDeviceFactory
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 L40S = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"'

@@ -22,7 +22,7 @@ from django.db import connection
 from inventory.errors import LeaseLostError
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend
-from inventory.models import Cluster
+from inventory.models import Cluster, Device
 from inventory.scoping import EVERYTHING, NamespaceScope, tenancy_override
 from inventory.services.clients import client_for
 from inventory.services.clusters import cluster_register
@@ -337,3 +337,8 @@ class TcpProxy:
         self._closed = True
         self.cut()
         self._listener.close()
+
+
+def device(cluster: Cluster, key: str) -> Device:
+    """The cluster's derived Device row with this key."""
+    return Device.objects.get(cluster=cluster, key=key)
