@@ -105,6 +105,23 @@ def live_sharing(transactional_db: None) -> Iterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
+def demo_cluster(transactional_db: None) -> Any:
+    """The demo scenario synced into the database once; the simulator is gone afterwards (tests read the inventory)."""
+    import redis
+    import yaml
+    from django.conf import settings
+
+    from inventory.services.clusters import cluster_register
+    from kubesim import Simulator
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    with Simulator(scenario="demo", port=0) as sim:
+        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
+        sync_once(cluster)
+    return cluster
+
+
+@pytest.fixture
 def handmade_cluster(db: None) -> Any:
     """A cluster with no simulator behind it, for objects made by hand (tests/inventory/factories.py) and fed in with
     `apply`. A module whose tests take `cluster` makes it this one with a local `cluster` fixture."""
