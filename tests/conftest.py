@@ -1,4 +1,5 @@
-"""Shared fixtures: users per role. Each test creates the rows it asserts on."""
+"""Shared fixtures: users per role, live and hand-made clusters, Prometheus; the hook that marks tests `slow`.
+Each test creates the rows it asserts on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,39 @@ from django.contrib.auth.models import Group, User
 
 from portal.roles import Role
 from tests.tools import pytest_terminal_summary  # noqa: F401 - the loud count of tests skipped for a missing tool
+
+# Fixtures that start something outside this process (Celery workers, gunicorn, Prometheus, kubectl) or a browser,
+# by where they are defined (a name alone is ambiguous: tests/apitokens/test_pages.py's `browser` is a Django client).
+# A test that uses one, directly or through other fixtures, is marked `slow`, so `make test-fast` (-m "not slow")
+# leaves it out without anyone remembering to mark it. tests/test_test_layout.py checks that each one still exists.
+SLOW_FIXTURES = {
+    "tests.inventory.conftest.spawn": "Celery worker and beat processes",
+    "tests.test_metrics_multiprocess.server": "gunicorn processes",
+    "tests.conftest.prometheus": "a Prometheus process",
+    "tests.browser.conftest.playwright_instance": "Chromium (Playwright)",
+    "tests.kubesim.test_kubectl._kubectl": "kubectl",
+    "tests.kubesim.test_enforcement_kinds.kubectl_installed": "kubectl",
+    "tests.kubesim.test_enforcement_kinds.kubectl": "kubectl",
+    "tests.deploy.conftest.base": "kubectl kustomize",
+    "tests.deploy.conftest.overlay": "kubectl kustomize",
+}
+
+
+def slow_fixtures(item: pytest.Item) -> list[str]:
+    """The SLOW_FIXTURES that `item` uses, directly or through other fixtures (its fixture closure)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest Function items; doctest items have none
+    if info is None:
+        return []
+    defined = {f"{fixturedef.func.__module__}.{fixturedef.argname}"
+               for fixturedefs in info.name2fixturedefs.values() for fixturedef in fixturedefs}
+    return sorted(defined & SLOW_FIXTURES.keys())
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if slow_fixtures(item):
+            item.add_marker(pytest.mark.slow)
 
 
 def make_user(username: str, *roles: Role, superuser: bool = False) -> User:
