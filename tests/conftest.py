@@ -3,8 +3,12 @@ Each test creates the rows it asserts on."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import itertools
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +42,47 @@ def slow_fixtures(item: pytest.Item) -> list[str]:
     defined = {f"{fixturedef.func.__module__}.{fixturedef.argname}"
                for fixturedefs in info.name2fixturedefs.values() for fixturedef in fixturedefs}
     return sorted(defined & SLOW_FIXTURES.keys())
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The marker names a test module's `pytestmark` puts on all its tests, read without importing the module."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    return {node.attr for statement in tree.body if isinstance(statement, ast.Assign)
+            and any(isinstance(target, ast.Name) and target.id == "pytestmark" for target in statement.targets)
+            for node in ast.walk(statement.value)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"}
+
+
+def _matcher(present: set[str]) -> Callable[..., bool]:
+    return lambda name, /, **kwargs: name in present
+
+
+def module_ruled_out(path: Path, markexpr: str) -> bool:
+    """Whether `-m markexpr` deselects every test of the module whatever marks its tests add to the module's: true
+    for each combination of the expression's marker names that includes the module's."""
+    from _pytest.mark.expression import Expression  # what -m itself evaluates
+
+    marks = _module_marks(path)
+    if not markexpr or not marks:
+        return False
+    expression = Expression.compile(markexpr)
+    names = sorted(set(re.findall(r"[A-Za-z_]\w*", markexpr)) - {"and", "or", "not", "True", "False"} - marks)
+    for chosen in itertools.product((False, True), repeat=len(names)):
+        present = marks | {name for name, on in zip(names, chosen, strict=True) if on}
+        if expression.evaluate(_matcher(present)):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module marked as a whole (`pytestmark = pytest.mark.slow`) that `-m` rules out is not even imported:
+    `make test-fast` would otherwise pay for collecting the API fuzzer's schema, the browser modules and the rest."""
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return module_ruled_out(collection_path, config.option.markexpr) or None
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SLOW_FIXTURES, pytest_collection_modifyitems, slow_fixtures
+from tests.conftest import SLOW_FIXTURES, module_ruled_out, pytest_collection_modifyitems, slow_fixtures
 
 TESTS = Path(__file__).resolve().parent
+# The -m expression of `make test-fast`.
+FAST_LANE = re.search(r'^test-fast:.*\n\t.* -m "([^"]+)"', (TESTS.parent / "Makefile").read_text(), re.M).group(1)
 
 
 def _is_test_module(dotted: str) -> bool:
@@ -119,3 +122,22 @@ def test_the_hook_sees_a_slow_fixture_used_through_another_fixture(request: pyte
     """`page` starts no process itself; it needs `browser`, which needs Playwright's Chromium."""
     items = _collect(request, TESTS / "browser" / "test_catalog_pages.py")
     assert all(slow_fixtures(item) == ["tests.browser.conftest.playwright_instance"] for item in items.values())
+
+
+def test_the_fast_lane_leaves_out_slow_browser_and_chaos_tests() -> None:
+    assert FAST_LANE == "not slow and not browser and not chaos"
+
+
+@pytest.mark.parametrize(("module", "markexpr", "ignored"), [
+    ("test_api_fuzz.py", FAST_LANE, True),  # pytestmark = [slow, django_db]: its schema is never built
+    ("inventory/test_chaos.py", FAST_LANE, True),
+    ("browser/test_catalog_pages.py", FAST_LANE, True),  # browser, and not slow
+    ("catalog/test_validation.py", FAST_LANE, False),  # no module marks
+    ("catalog/test_capacity_demo.py", FAST_LANE, False),  # only some of its tests are slow
+    ("test_api_fuzz.py", "slow", False),
+    ("inventory/test_chaos.py", "not chaos", True),
+    ("inventory/test_chaos.py", "not chaos or timeout", False),  # its module marks satisfy `timeout`
+    ("test_api_fuzz.py", "", False),
+])
+def test_a_module_ruled_out_as_a_whole_by_its_marks_is_not_imported(module: str, markexpr: str, ignored: bool) -> None:
+    assert module_ruled_out(TESTS / module, markexpr) is ignored
