@@ -118,12 +118,6 @@ def test_the_hook_marks_a_test_that_needs_kubectl_through_a_fixture_and_only_tha
     assert plain.get_closest_marker("slow") is None
 
 
-def test_the_hook_sees_a_slow_fixture_used_through_another_fixture(request: pytest.FixtureRequest) -> None:
-    """`page` starts no process itself; it needs `browser`, which needs Playwright's Chromium."""
-    items = _collect(request, TESTS / "browser" / "test_catalog_pages.py")
-    assert all(slow_fixtures(item) == ["tests.browser.conftest.playwright_instance"] for item in items.values())
-
-
 def test_the_fast_lane_leaves_out_slow_browser_and_chaos_tests() -> None:
     assert FAST_LANE == "not slow and not browser and not chaos"
 
