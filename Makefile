@@ -29,9 +29,11 @@ test: $(STAMP) prereqs typecheck
 	  || exit $$status; }
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The fast lane: everything but the chaos test (tests/inventory/test_chaos.py, ~2 minutes of faults; `make test` runs it).
-test-fast: $(STAMP) prereqs
-	$(PY) -m pytest -m "not chaos" $(PYTEST_ARGS)
+# The fast lane for the edit-test loop (under 2 minutes here): no browser, no Celery/gunicorn/Prometheus processes,
+# no kubectl, no chaos. Tests that use such a fixture are marked `slow` by a collection hook (SLOW_FIXTURES in
+# tests/conftest.py), so a new one cannot slip in unmarked. No system tools needed; `make test` (CI) runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not browser and not chaos" $(PYTEST_ARGS)
 
 prereqs:
 	@scripts/test-prereqs

@@ -1,9 +1,14 @@
-"""Shared fixtures: users per role. Each test creates the rows it asserts on."""
+"""Shared fixtures: users per role, live and hand-made clusters, Prometheus; the hook that marks tests `slow`.
+Each test creates the rows it asserts on."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import itertools
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +16,80 @@ from django.contrib.auth.models import Group, User
 
 from portal.tenancy.roles import Role
 from tests.tools import pytest_terminal_summary  # noqa: F401 - the loud count of tests skipped for a missing tool
+
+# Fixtures that start something outside this process (Celery workers, gunicorn, Prometheus, kubectl) or a browser,
+# by where they are defined (a name alone is ambiguous: tests/apitokens/test_pages.py's `browser` is a Django client).
+# A test that uses one, directly or through other fixtures, is marked `slow`, so `make test-fast` (-m "not slow")
+# leaves it out without anyone remembering to mark it. tests/test_test_layout.py checks that each one still exists.
+SLOW_FIXTURES = {
+    "tests.inventory.conftest.spawn": "Celery worker and beat processes",
+    "tests.test_metrics_multiprocess.server": "gunicorn processes",
+    "tests.conftest.prometheus": "a Prometheus process",
+    "tests.browser.conftest.playwright_instance": "Chromium (Playwright)",
+    "tests.kubesim.test_kubectl._kubectl": "kubectl",
+    "tests.kubesim.test_enforcement_kinds.kubectl_installed": "kubectl",
+    "tests.kubesim.test_enforcement_kinds.kubectl": "kubectl",
+    "tests.deploy.conftest.base": "kubectl kustomize",
+    "tests.deploy.conftest.overlay": "kubectl kustomize",
+}
+
+
+def slow_fixtures(item: pytest.Item) -> list[str]:
+    """The SLOW_FIXTURES that `item` uses, directly or through other fixtures (its fixture closure)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest Function items; doctest items have none
+    if info is None:
+        return []
+    defined = {f"{fixturedef.func.__module__}.{fixturedef.argname}"
+               for fixturedefs in info.name2fixturedefs.values() for fixturedef in fixturedefs}
+    return sorted(defined & SLOW_FIXTURES.keys())
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The marker names a test module's `pytestmark` puts on all its tests, read without importing the module."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    return {node.attr for statement in tree.body if isinstance(statement, ast.Assign)
+            and any(isinstance(target, ast.Name) and target.id == "pytestmark" for target in statement.targets)
+            for node in ast.walk(statement.value)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"}
+
+
+def _matcher(present: set[str]) -> Callable[..., bool]:
+    return lambda name, /, **kwargs: name in present
+
+
+def module_ruled_out(path: Path, markexpr: str) -> bool:
+    """Whether `-m markexpr` deselects every test of the module whatever marks its tests add to the module's: true
+    for each combination of the expression's marker names that includes the module's."""
+    from _pytest.mark.expression import Expression  # what -m itself evaluates
+
+    marks = _module_marks(path)
+    if not markexpr or not marks:
+        return False
+    expression = Expression.compile(markexpr)
+    names = sorted(set(re.findall(r"[A-Za-z_]\w*", markexpr)) - {"and", "or", "not", "True", "False"} - marks)
+    for chosen in itertools.product((False, True), repeat=len(names)):
+        present = marks | {name for name, on in zip(names, chosen, strict=True) if on}
+        if expression.evaluate(_matcher(present)):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module marked as a whole (`pytestmark = pytest.mark.slow`) that `-m` rules out is not even imported:
+    `make test-fast` would otherwise pay for collecting the API fuzzer's schema, the browser modules and the rest."""
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return module_ruled_out(collection_path, config.option.markexpr) or None
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if slow_fixtures(item):
+            item.add_marker(pytest.mark.slow)
 
 
 def make_user(username: str, *roles: Role, superuser: bool = False) -> User:
@@ -102,6 +181,57 @@ def live_sharing(transactional_db: None) -> Iterator[tuple[Any, Any]]:
     """kubesim's "sharing" scenario (renamed and strict time-slicing, MPS, DRA-backed nvidia.com/gpu) synced."""
     with _live("sharing") as live:
         yield live
+
+
+@pytest.fixture
+def demo_cluster(transactional_db: None) -> Any:
+    """The demo scenario synced into the database once; the simulator is gone afterwards (tests read the inventory)."""
+    import redis
+    import yaml
+    from django.conf import settings
+
+    from inventory.services.clusters import cluster_register
+    from kubesim import Simulator
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    with Simulator(scenario="demo", port=0) as sim:
+        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
+        sync_once(cluster)
+    return cluster
+
+
+@pytest.fixture
+def handmade_cluster(db: None) -> Any:
+    """A cluster with no simulator behind it, for objects made by hand (tests/inventory/factories.py) and fed in with
+    `apply`. A module whose tests take `cluster` makes it this one with a local `cluster` fixture."""
+    import redis
+    from django.conf import settings
+
+    from inventory.models import Cluster
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    return Cluster.objects.create(name="c1", kubeconfig="clusters: []")
+
+
+@pytest.fixture
+def apply(cluster: Any) -> Iterator[Callable[..., None]]:
+    """`apply(kind, *objects, event="ADDED")`: objects into the test's `cluster` through the real watch-batch path
+    (`_apply_events`), under one lease per kind, released at the end."""
+    from inventory.k8s.types import WatchEvent
+    from inventory.leases import Lease, lease_backend
+    from inventory.services.sync import _apply_events, sync_state_for
+
+    leases: dict[str, Lease] = {}
+
+    def _apply(kind: str, *objects: dict[str, Any], event: str = "ADDED") -> None:
+        if kind not in leases:
+            leases[kind] = lease_backend().acquire(sync_state_for(cluster_id=cluster.pk, kind=kind), 60)
+        _apply_events(cluster_id=cluster.pk, kind=kind, events=[WatchEvent(event, o) for o in objects],
+                      lease=leases[kind])
+
+    yield _apply
+    for lease in leases.values():
+        lease.release()
 
 
 @pytest.fixture

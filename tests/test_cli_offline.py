@@ -133,6 +133,7 @@ def test_validate_manifest_with_cluster_says_it_needs_the_database(files: dict[s
     assert "--snapshot FILE" in result.stderr
 
 
+@pytest.mark.slow  # starts a kubesim server process itself (tests/conftest.py's hook marks only fixtures')
 @pytest.mark.parametrize("command", [["-m", "kubesim"], [str(ROOT / "manage.py"), "kubesim"]],
                          ids=["python -m kubesim", "manage.py kubesim"])
 def test_the_simulator_needs_nothing(command: list[str]) -> None:

@@ -32,11 +32,13 @@ from portal.tenancy.roles import Role
 from tests.apitokens.conftest import make_token
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
-from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
-from tests.inventory.inventory_factories import (
+from tests.inventory.factories import (
+    ClusterFactory,
     DeviceClassFactory,
     DraDeviceFactory,
     FindingFactory,
+    NodeFactory,
+    PodFactory,
     ResourceSliceFactory,
 )
 from tests.portal.factories import give_namespaces

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.apitokens.conftest import bearer, make_token
-from tests.inventory.factories import ClusterFactory
-from tests.inventory.inventory_factories import GPU_UUID, PCI_BUS_ID, DraDeviceFactory, ResourceSliceFactory
+from tests.inventory.factories import GPU_UUID, PCI_BUS_ID, ClusterFactory, DraDeviceFactory, ResourceSliceFactory
 
 pytestmark = pytest.mark.django_db
 

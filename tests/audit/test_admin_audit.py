@@ -13,7 +13,7 @@ from inventory.models import ChangeEvent, Cluster
 from portal import admin as portal_admin
 from portal.tenancy.roles import Role
 from tests.audit.admin_forms import submit
-from tests.audit.test_admin_walk import PASSWORD, TOKEN_A, kubeconfig
+from tests.audit.conftest import PASSWORD, TOKEN_A, kubeconfig
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory
 

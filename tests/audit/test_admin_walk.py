@@ -36,22 +36,15 @@ from portal.models import (
     TelemetrySource,
 )
 from tests.audit.admin_forms import FormData, submit
+from tests.audit.conftest import PASSWORD, TOKEN_A, TOKEN_B, kubeconfig
 from tests.catalog.factories import OfferingFactory
 from tests.inventory.factories import ClusterFactory
 
 pytestmark = pytest.mark.django_db
 
-TOKEN_A, TOKEN_B = "walk-kubeconfig-token-AAAA", "walk-kubeconfig-token-BBBB"
-PASSWORD = "walk-Secret-passphrase-41"
 GPU = "nvidia.com/gpu"
 SECRETS = (TOKEN_A, TOKEN_B, PASSWORD)
 _numbers = itertools.count()
-
-
-def kubeconfig(token: str) -> str:
-    return ("apiVersion: v1\nclusters: [{name: walk, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
-            f"users: [{{name: walk, user: {{token: {token}}}}}]\n"
-            "contexts: [{name: walk, context: {cluster: walk, user: walk}}]\ncurrent-context: walk\n")
 
 
 _KUBECONFIG_DIR: dict[str, Path] = {}

@@ -20,8 +20,7 @@ from audit.checkpoints import checkpoint_create, checkpoint_sign
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_verify
 from audit.tasks import audit_checkpoint_task
-from tests.audit.conftest import KEY, record, tampering
-from tests.audit.test_verify import json_verify, run_verify
+from tests.audit.conftest import KEY, json_verify, record, run_verify, tampering
 
 pytestmark = pytest.mark.django_db
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import io
-
-import orjson
 import pytest
-from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from audit.chain import digest
 from audit.models import AuditEvent
 from audit.services import audit_record, audit_verify
-from tests.audit.conftest import record, tampering
+from tests.audit.conftest import json_verify, record, run_verify, tampering
 
 pytestmark = pytest.mark.django_db
 
@@ -23,15 +19,6 @@ def _ids(n: int) -> list[int]:
 
 def _problems(report) -> list[tuple[int, str]]:
     return [(p.event_id, p.kind) for p in report.problems]
-
-
-def run_verify(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    try:
-        call_command("audit_verify", *args, stdout=out)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue()
-    return 0, out.getvalue()
 
 
 def test_an_intact_chain_verifies() -> None:
@@ -176,11 +163,6 @@ def test_problem_reports_are_capped() -> None:
     report = audit_verify(max_problems=2)
     assert report.truncated
     assert [p.event_id for p in report.problems] == ids[:2]
-
-
-def json_verify(*args: str) -> tuple[int, dict]:
-    code, out = run_verify("--format", "json", *args)
-    return code, orjson.loads(out)
 
 
 def test_json_output_of_an_intact_chain() -> None:

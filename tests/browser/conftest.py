@@ -7,10 +7,12 @@ import os
 # Playwright's sync API runs an event loop in this thread; Django would then refuse ORM calls from it.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
 from tests.tools import require_tool
 
@@ -23,6 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+ARTIFACTS = Path(__file__).parent / "artifacts"  # screenshots (`shot`)
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +99,19 @@ def log_in_as(browser: Browser, live_server, username: str, width: int = 1366, p
         page.click("button[type=submit]")
     settled(page)
     return page
+
+
+def shot(page: Page, name: str) -> None:
+    """A full-page screenshot to tests/browser/artifacts/<name>.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
+
+
+def log_in(page: Page, live_server, username: str, next_path: str) -> None:
+    """Open `next_path`, get sent to the login form, log in as `username` and land back on `next_path`."""
+    page.goto(f"{live_server.url}{next_path}")
+    expect(page).to_have_url(re.compile(r"/login/\?next="))
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{live_server.url}{next_path}")

@@ -10,10 +10,10 @@ from playwright.sync_api import Browser, expect
 from portal.enforcement.services import ADMIN_LABEL, enforcement_apply, grants_confirm
 from portal.models import Grant
 from portal.tenancy.roles import Role
-from tests.browser.test_catalog_pages import log_in, shot
+from tests.browser.conftest import log_in, shot
 from tests.conftest import make_user
+from tests.conftest import sync_once as _sync
 from tests.portal.factories import give_namespaces
-from tests.portal.test_quota import _sync
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -16,30 +15,15 @@ from playwright.sync_api import Page, expect
 from catalog.models import CapacitySample, Offering, OfferingCapacity
 from inventory.models import Cluster
 from portal.tenancy.roles import Role
+from tests.browser.conftest import log_in, shot
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
 from tests.conftest import make_user
-from tests.inventory.factories import ClusterFactory
-from tests.inventory.inventory_factories import DeviceClassFactory, DraDeviceFactory
+from tests.inventory.factories import ClusterFactory, DeviceClassFactory, DraDeviceFactory
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
 L40S = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"'
 A100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA A100-SXM4-80GB"'
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
-
-
-def log_in(page: Page, live_server, username: str, next_path: str) -> None:
-    page.goto(f"{live_server.url}{next_path}")
-    expect(page).to_have_url(re.compile(r"/login/\?next="))
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    expect(page).to_have_url(f"{live_server.url}{next_path}")
 
 
 def capacity(offering: Offering, cluster: Cluster, **figures: object) -> OfferingCapacity:

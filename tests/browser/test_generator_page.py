@@ -7,16 +7,15 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from portal.tenancy.roles import Role
-from tests.browser.test_catalog_pages import log_in, shot
+from tests.browser.conftest import log_in, shot
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
-from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
 from tests.portal.factories import give_namespaces
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_generate_validate_and_explain_a_mig_job(page: Page, live_server, demo_cluster) -> None:  # noqa: F811
+def test_generate_validate_and_explain_a_mig_job(page: Page, live_server, demo_cluster) -> None:
     from catalog.services.manifests import snapshot_forget
 
     snapshot_forget()

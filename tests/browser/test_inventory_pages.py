@@ -11,8 +11,13 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from inventory.models import Cluster, Mode
-from tests.inventory.factories import ClusterFactory, NodeFactory
-from tests.inventory.inventory_factories import DraDeviceFactory, PluginDeviceFactory, TimeSlicedDeviceFactory
+from tests.inventory.factories import (
+    ClusterFactory,
+    DraDeviceFactory,
+    NodeFactory,
+    PluginDeviceFactory,
+    TimeSlicedDeviceFactory,
+)
 from tests.portal.factories import give_namespaces
 
 OVERVIEW_SHOT = Path(tempfile.gettempdir()) / "overview.png"

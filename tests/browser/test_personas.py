@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from catalog.models import OfferingPrice
 from portal.enforcement.violations import scan_cluster
 from portal.tenancy.roles import Role
-from tests.browser.test_catalog_pages import ARTIFACTS, log_in, shot
+from tests.browser.conftest import ARTIFACTS, log_in, shot
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 

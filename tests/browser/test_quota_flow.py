@@ -8,11 +8,11 @@ from playwright.sync_api import Browser, expect
 
 from portal.quota.services import FIELD_MANAGER, QUOTA_NAME, quota_apply, quota_requests_confirm
 from portal.tenancy.roles import Role
-from tests.browser.test_catalog_pages import log_in, shot
+from tests.browser.conftest import log_in, shot
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
+from tests.conftest import sync_once as _sync
 from tests.portal.factories import give_namespaces
-from tests.portal.test_quota import _sync
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -11,7 +11,6 @@ import pytest
 from catalog.models import CapacitySample, Offering, OfferingCapacity
 from catalog.services.capacity import capacity_refresh
 from tests.catalog.factories import OfferingFactory
-from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -103,7 +102,7 @@ EXPECTED = {
 
 
 @pytest.mark.slow
-def test_capacity_of_each_unit_kind_equals_hand_computed_values(demo_cluster) -> None:  # noqa: F811
+def test_capacity_of_each_unit_kind_equals_hand_computed_values(demo_cluster) -> None:
     offerings = _offerings()
     assert capacity_refresh(clusters=[demo_cluster]) == len(offerings)
     by_id = {c.offering_id: c for c in OfferingCapacity.objects.filter(cluster=demo_cluster)}
@@ -137,7 +136,7 @@ def test_capacity_of_each_unit_kind_equals_hand_computed_values(demo_cluster) ->
 
 
 @pytest.mark.slow
-def test_oversubscription_is_granted_quota_over_physical_capacity(demo_cluster) -> None:  # noqa: F811
+def test_oversubscription_is_granted_quota_over_physical_capacity(demo_cluster) -> None:
     offering = OfferingFactory(slug="h100", unit_kind="whole", resource_name="nvidia.com/gpu",
                                node_selector={"nvidia.com/gpu.product": H100})
     capacity_refresh(clusters=[demo_cluster])

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from catalog.services.capacity import cluster_capacity
 from catalog.services.matching import ClusterDevices
 from tests.catalog.factories import OfferingFactory
-from tests.inventory.test_derive import apply, claim, cluster, gpu_device, meta, node, pod, resource_slice  # noqa: F401
+from tests.inventory.factories import claim, gpu_device, meta, node, pod, resource_slice
 
 SELECTOR = "device.driver == 'gpu.nvidia.com'"
+
+
+@pytest.fixture
+def cluster(handmade_cluster):
+    """Objects made by hand, applied with `apply` (tests/conftest.py): no simulator."""
+    return handmade_cluster
 
 
 def _part(name: str, memory: str) -> dict[str, Any]:
@@ -19,7 +27,7 @@ def _part(name: str, memory: str) -> dict[str, Any]:
             "consumesCounters": [{"counterSet": "gpu-0-cs", "counters": {"memory": {"value": memory}}}]}
 
 
-def test_every_allocatable_unit_is_held_free_or_unknown(cluster, apply) -> None:  # noqa: F811
+def test_every_allocatable_unit_is_held_free_or_unknown(cluster, apply) -> None:
     # Device plugin: 8 cards, 6 healthy, pods still hold 7 (bound pods do not move when a card fails).
     apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "6"}),
           node("d1"), node("p1"))
@@ -59,7 +67,7 @@ def test_every_allocatable_unit_is_held_free_or_unknown(cluster, apply) -> None:
         assert values["held"] + values["free"] + values["unknown"] == values["allocatable"], name
 
 
-def test_fragmentation_is_one_minus_largest_placeable_over_free(cluster, apply) -> None:  # noqa: F811
+def test_fragmentation_is_one_minus_largest_placeable_over_free(cluster, apply) -> None:
     apply("nodes", *[node(f"n{i}", capacity={"nvidia.com/gpu": "8"}) for i in range(4)])
     apply("pods", *[pod(f"p{i}", f"n{i}", {"nvidia.com/gpu": "6"}) for i in range(4)])  # 2 free on each node
     offering = OfferingFactory(unit_kind="whole", resource_name="nvidia.com/gpu", request_sizes=[8])

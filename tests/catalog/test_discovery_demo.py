@@ -8,7 +8,6 @@ from audit.models import AuditEvent
 from catalog.models import Lifecycle, Offering
 from catalog.services.discovery import discovery_run, proposal_decide
 from catalog.services.offerings import offering_update
-from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +26,7 @@ EXPECTED_DEVICE_PLUGIN = {
 }
 
 
-def test_discovery_proposes_each_unit_once_and_respects_curation(demo_cluster, platform_admin) -> None:  # noqa: F811
+def test_discovery_proposes_each_unit_once_and_respects_curation(demo_cluster, platform_admin) -> None:
     counts = discovery_run(actor=platform_admin)
     proposals = list(Offering.objects.proposals())
     assert counts["created"] == len(proposals) > 0

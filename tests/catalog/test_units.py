@@ -12,8 +12,13 @@ from catalog.services.discovery import _proposals, discovery_run
 from catalog.services.matching import ClusterDevices, offering_warnings
 from catalog.services.offerings import offering_create, offering_update
 from tests.catalog.factories import OfferingFactory
-from tests.inventory.factories import ClusterFactory, NodeFactory
-from tests.inventory.inventory_factories import DeviceClassFactory, DraDeviceFactory, PluginDeviceFactory
+from tests.inventory.factories import (
+    ClusterFactory,
+    DeviceClassFactory,
+    DraDeviceFactory,
+    NodeFactory,
+    PluginDeviceFactory,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from catalog.validation import context_for_cluster, validate_manifest
 from inventory.models import Device, DeviceClass, Namespace, Node, ResourceQuota
-from tests.catalog.test_validation import NS, claim, container, exactly, job, pod, template, with_template
+from tests.catalog.factories import NS, claim, container, exactly, job, pod, template, with_template
 from tests.inventory.factories import ClusterFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db

@@ -8,16 +8,15 @@ import pytest
 
 from catalog.validation import ValidationContext, ValidationFinding, ValidationReport, validate_documents
 from inventory.k8s.semantics import limit_range_defaults
-from tests.catalog.test_validation import (
+from tests.catalog.conftest import codes, only
+from tests.catalog.factories import (
     NS,
     claim,
     claim_container,
     cluster_context,
-    codes,
     container,
     exactly,
     job,
-    only,
     pod,
     template,
     with_template,

@@ -20,8 +20,7 @@ from catalog.services.offerings import offering_create
 from catalog.sharing import admission_message, plugin_error
 from catalog.validation import ValidationContext, context_for_cluster, context_from_objects, validate_manifest
 from catalog.validation.context import catalog_single_unit_pools
-from tests.catalog.factories import OfferingFactory
-from tests.catalog.test_validation import container, pod
+from tests.catalog.factories import OfferingFactory, container, pod
 
 T4_LABELS = {"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.count": "4",
              "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}

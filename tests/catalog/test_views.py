@@ -19,8 +19,7 @@ from audit.models import AuditEvent
 from catalog.models import CapacitySample, Lifecycle, Offering, OfferingCapacity, OfferingPrice
 from inventory.models import Cluster
 from tests.catalog.factories import OfferingFactory, OfferingPriceFactory
-from tests.inventory.factories import ClusterFactory
-from tests.inventory.inventory_factories import DeviceClassFactory, DraDeviceFactory
+from tests.inventory.factories import ClusterFactory, DeviceClassFactory, DraDeviceFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,7 @@ from integrations.models import WebhookDelivery, WebhookSubscription
 from integrations.services import webhook_delivery_attempt, webhook_subscription_create, webhook_subscription_update
 from portal.tenancy.roles import Role
 from tests.conftest import make_user
-from tests.integrations.test_webhooks import SECRET, Endpoint
+from tests.integrations.conftest import SECRET, Endpoint
 
 pytestmark = pytest.mark.django_db
 

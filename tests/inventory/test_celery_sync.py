@@ -16,8 +16,7 @@ import pytest
 from inventory.kinds import SYNCED_KINDS
 from inventory.models import Cluster, SyncState
 from kubesim import Simulator
-from tests.inventory.conftest import assert_converged
-from tests.inventory.test_sync import _assert_tombstoned, _mutate
+from tests.inventory.conftest import _assert_tombstoned, _mutate, assert_converged
 
 pytestmark = pytest.mark.slow
 

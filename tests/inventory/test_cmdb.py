@@ -10,7 +10,7 @@ from inventory.api.cmdb import ci_id, decode_cursor, encode_cursor
 from inventory.models import Device
 from portal.tenancy.roles import Role
 from tests.conftest import make_user
-from tests.portal.test_quota import _sync
+from tests.conftest import sync_once as _sync
 
 pytestmark = pytest.mark.slow
 

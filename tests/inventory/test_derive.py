@@ -2,91 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from typing import Any
 
 import pytest
-import redis
-from django.conf import settings
 
-from inventory.k8s.types import WatchEvent
-from inventory.leases import Lease, lease_backend
 from inventory.models import AllocationInterval, Cluster, Device, Finding, Health, Mode
 from inventory.overview import accelerator_overview
 from inventory.services.derive import derive_cluster
-from inventory.services.sync import _apply_events, sync_state_for
-
-_rv = itertools.count(100)
-
-
-def meta(name: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
-    out = {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{namespace}/{name}")),
-           "resourceVersion": str(next(_rv)), "creationTimestamp": "2026-01-01T00:00:00Z", **extra}
-    if namespace:
-        out["namespace"] = namespace
-    return out
-
-
-def node(name: str, *, capacity: dict[str, str] | None = None, allocatable: dict[str, str] | None = None,
-         labels: dict[str, str] | None = None, unschedulable: bool = False) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **(capacity or {})}
-    return {"metadata": meta(name, labels=labels or {}), "spec": {"unschedulable": unschedulable},
-            "status": {"capacity": capacity, "allocatable": {**capacity, **(allocatable or {})},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def pod(name: str, node_name: str, limits: dict[str, str], *, phase: str = "Running", namespace: str = "team-a",
-        deleted: bool = False) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "phase": phase, "startTime": "2026-01-01T01:00:00Z",
-        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:59:00Z"}],
-    }
-    if phase in ("Succeeded", "Failed"):
-        status["containerStatuses"] = [{"name": "main", "restartCount": 0, "state": {"terminated": {
-            "exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T01:00:00Z",
-            "finishedAt": "2026-01-01T03:00:00Z"}}}]
-    extra = {"deletionTimestamp": "2026-01-01T05:00:00Z"} if deleted else {}
-    return {"metadata": meta(name, namespace, **extra),
-            "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "x",
-                                                            "resources": {"limits": limits}}]},
-            "status": status}
-
-
-def gpu_device(name: str, **attrs: Any) -> dict[str, Any]:
-    attributes = {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                  "uuid": {"string": f"GPU-{name}"}, "cudaComputeCapability": {"version": "9.0.0"},
-                  "driverVersion": {"version": "570.124.6"}}
-    attributes.update({k: v for k, v in attrs.items() if k != "capacity"})
-    return {"name": name, "attributes": attributes,
-            "capacity": attrs.get("capacity", {"memory": {"value": "81559Mi"}})}
-
-
-def resource_slice(name: str, pool: str, *, generation: int = 1, count: int = 1, node_name: str = "",
-                   devices: list[dict[str, Any]] | None = None, counters: list[dict[str, Any]] | None = None,
-                   driver: str = "gpu.nvidia.com") -> dict[str, Any]:
-    spec: dict[str, Any] = {"driver": driver, "pool": {"name": pool, "generation": generation,
-                                                       "resourceSliceCount": count}}
-    if node_name:
-        spec["nodeName"] = node_name
-    else:
-        spec["allNodes"] = True
-    if counters is not None:
-        spec["sharedCounters"] = counters
-    else:
-        spec["devices"] = devices or []
-    return {"metadata": meta(name), "spec": spec}
-
-
-def claim(name: str, results: list[tuple[str, str, str]], *, admin: bool = False, namespace: str = "team-a",
-          reserved: list[str] = ()) -> dict[str, Any]:
-    return {"metadata": meta(name, namespace),
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "gpu", "driver": d, "pool": p, "device": dev, **({"adminAccess": True} if admin else {})}
-                for d, p, dev in results]}, "allocationTimestamp": "2026-01-02T00:00:00Z"},
-                "reservedFor": [{"resource": "pods", "name": r, "uid": f"uid-{r}"} for r in reserved]}}
-
+from tests.inventory.conftest import device
+from tests.inventory.factories import claim, gpu_device, node, pod, resource_slice
 
 GFD_H100 = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
             "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.family": "hopper",
@@ -95,28 +19,9 @@ GFD_H100 = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-
 
 
 @pytest.fixture
-def cluster(db: None) -> Cluster:
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    return Cluster.objects.create(name="c1", kubeconfig="clusters: []")
-
-
-@pytest.fixture
-def apply(cluster: Cluster):
-    leases: dict[str, Lease] = {}
-
-    def _apply(kind: str, *objects: dict[str, Any], event: str = "ADDED") -> None:
-        if kind not in leases:
-            leases[kind] = lease_backend().acquire(sync_state_for(cluster_id=cluster.pk, kind=kind), 60)
-        _apply_events(cluster_id=cluster.pk, kind=kind, events=[WatchEvent(event, o) for o in objects],
-                      lease=leases[kind])
-
-    yield _apply
-    for lease in leases.values():
-        lease.release()
-
-
-def device(cluster: Cluster, key: str) -> Device:
-    return Device.objects.get(cluster=cluster, key=key)
+def cluster(handmade_cluster: Cluster) -> Cluster:
+    """Objects made by hand, applied with `apply` (tests/conftest.py): no simulator."""
+    return handmade_cluster
 
 
 def findings(cluster: Cluster, kind: str) -> list[Finding]:

@@ -23,7 +23,7 @@ from inventory.services.clients import client_for
 from inventory.services.derive import derive_cluster
 from inventory.services.sync import _apply_events, sync_state_for
 from kubesim import Simulator
-from tests.inventory.test_sync import _sync_once
+from tests.inventory.conftest import _sync_once
 
 KINDS = ("nodes", "pods", "resourceslices", "resourceclaims")
 IGNORED = {"id", "updated_at", "first_seen_at"}

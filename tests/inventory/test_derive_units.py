@@ -13,11 +13,8 @@ from django.db import transaction
 from inventory.models import AllocationInterval, ClaimAllocation, Device, Finding, Mode
 from inventory.overview import accelerator_overview
 from inventory.services.derive import derive_cluster
-from tests.inventory import test_derive as base
-from tests.inventory.test_derive import claim, device, gpu_device, node, pod, resource_slice
-
-cluster = base.cluster  # the hand-made-objects fixtures of test_derive.py
-apply = base.apply
+from tests.inventory.conftest import device
+from tests.inventory.factories import claim, gpu_device, node, pod, resource_slice
 
 MIG_SINGLE = {  # GFD with --mig-strategy=single on 4 A100 80GB cards partitioned all-1g.10gb (28 MIG devices)
     "nvidia.com/gpu.present": "true", "nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
@@ -28,6 +25,12 @@ MIG_SINGLE = {  # GFD with --mig-strategy=single on 4 A100 80GB cards partitione
 }
 WHOLE_A100 = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
               "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "81920", "nvidia.com/gpu.family": "ampere"}
+
+
+@pytest.fixture
+def cluster(handmade_cluster):
+    """Objects made by hand, applied with `apply` (tests/conftest.py): no simulator."""
+    return handmade_cluster
 
 
 def findings(cluster, kind: str) -> list[Finding]:

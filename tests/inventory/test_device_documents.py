@@ -9,11 +9,10 @@ from django.urls import reverse
 from inventory.models import Device
 from portal.tenancy.roles import Role
 from tests.conftest import make_user
-from tests.inventory.test_overview_demo import demo_cluster  # noqa: F401 - fixture
 
 
 @pytest.mark.parametrize("role", [Role.TENANT_MEMBER, Role.PLATFORM_ADMIN])
-def test_list_items_equal_the_detail_representation(demo_cluster, role: Role) -> None:  # noqa: F811
+def test_list_items_equal_the_detail_representation(demo_cluster, role: Role) -> None:
     client = Client()
     client.force_login(make_user(f"user-{role.value}", role))
     listing = client.get(reverse("inventory-api:device-list"), {"limit": 500}).json()
@@ -27,7 +26,7 @@ def test_list_items_equal_the_detail_representation(demo_cluster, role: Role) ->
     assert all((uuid in body) == (role == Role.PLATFORM_ADMIN) for uuid in uuids)
 
 
-def test_pages_follow_next_links_without_counting(demo_cluster) -> None:  # noqa: F811
+def test_pages_follow_next_links_without_counting(demo_cluster) -> None:
     client = Client()
     client.force_login(make_user("admin-pager", Role.PLATFORM_ADMIN))
     seen, url = [], reverse("inventory-api:device-list") + "?limit=7"

@@ -10,15 +10,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from inventory.models import Device, Finding, Health, Mode, Path
-from tests.inventory.factories import ClusterFactory, PodFactory
-from tests.inventory.inventory_factories import (
+from tests.inventory.factories import (
     GPU_UUID,
     PCI_BUS_ID,
     AcceleratorPodFactory,
+    ClusterFactory,
     DeviceClassFactory,
     DraDeviceFactory,
     FindingFactory,
     PluginDeviceFactory,
+    PodFactory,
     ResourceClaimFactory,
     ResourceSliceFactory,
     TimeSlicedDeviceFactory,

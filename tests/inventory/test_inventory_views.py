@@ -10,14 +10,16 @@ from django.utils import timezone
 
 from inventory.models import Device, Finding, Health, Mode, Path
 from inventory.scoping import NamespaceScope, tenancy_override
-from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
-from tests.inventory.inventory_factories import (
+from tests.inventory.factories import (
     GPU_UUID,
     PCI_BUS_ID,
     AcceleratorPodFactory,
+    ClusterFactory,
     DraDeviceFactory,
     FindingFactory,
+    NodeFactory,
     PluginDeviceFactory,
+    PodFactory,
     TimeSlicedDeviceFactory,
 )
 

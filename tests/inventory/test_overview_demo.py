@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-import redis
-import yaml
-from django.conf import settings
-
-from inventory.leases import lease_backend
 from inventory.models import Device, Finding
 from inventory.overview import accelerator_overview
-from inventory.services.clients import client_for
-from inventory.services.clusters import cluster_register
-from inventory.services.sync import cluster_sync_once
-from kubesim import Simulator
 
 # (model, mode, unit): (cards, units, allocatable, in_use, free, unhealthy, unknown, largest placeable, nodes)
 EXPECTED = {
@@ -52,20 +42,6 @@ EXPECTED = {
     ("NVIDIA-A100-SXM4-80GB", "dra-partition", "gpu.nvidia.com mig 1g.10gb"): (4, 28, 28, 4, 21, 0, 0, 21, 1),
     ("NVIDIA-A100-SXM4-80GB", "dra-partition", "gpu.nvidia.com mig 3g.40gb"): (4, 8, 8, 1, 6, 0, 0, 6, 1),
 }
-
-
-@pytest.fixture
-def demo_cluster(transactional_db: None):
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    with Simulator(scenario="demo", port=0) as sim:
-        cluster = cluster_register(name="demo", kubeconfig=yaml.safe_dump(sim.kubeconfig()))
-        client = client_for(cluster)
-        backend = lease_backend()
-        try:
-            cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
-        finally:
-            client.close()
-    return cluster
 
 
 def test_overview_equals_hand_computed_values(demo_cluster) -> None:

@@ -22,54 +22,17 @@ from inventory.kinds import SYNCED_KINDS, kind_ref
 from inventory.leases import lease_backend, leases_break
 from inventory.models import Cluster, ConfigMap, Node, Pod, SyncIssue, SyncState
 from inventory.services.clients import client_for
-from inventory.services.sync import _apply_events, cluster_sync_once, kind_list, sync_state_for
+from inventory.services.sync import _apply_events, kind_list, sync_state_for
 from kubesim import Simulator
-from tests.inventory.conftest import assert_converged, db_state, differences, sim_state
-
-
-def _sync_once(cluster: Cluster, kinds: tuple[str, ...] = SYNCED_KINDS, page_size: int | None = None) -> list:
-    backend = lease_backend()
-    client = client_for(cluster)
-    try:
-        return cluster_sync_once(cluster_id=cluster.pk, client=client, kinds=kinds, page_size=page_size,
-                                 lease_for=lambda state: backend.acquire(state, 30))
-    finally:
-        client.close()
-
-
-def _new_pod(sim: Simulator, name: str) -> dict:
-    template = next(p for p in sim.store.objects("pods") if p["metadata"]["namespace"] != "kube-system")
-    pod = copy.deepcopy(template)
-    meta = pod["metadata"]
-    pod["metadata"] = {"name": name, "namespace": meta["namespace"], "labels": {"app": name}}
-    pod.pop("status", None)
-    pod["spec"].pop("nodeName", None)
-    return pod
-
-
-def _relabel_node(sim: Simulator, key: str, value: str) -> str:
-    node = copy.deepcopy(sim.store.objects("nodes")[0])
-    node["metadata"].setdefault("labels", {})[key] = value
-    sim.store.update("nodes", node)
-    return node["metadata"]["name"]
-
-
-def _mutate(sim: Simulator, tag: str, *, creates: int = 3, deletes: int = 2) -> list[str]:
-    """Create pods, relabel a node, delete pods; return the uids of deleted pods."""
-    for i in range(creates):
-        sim.store.create("pods", _new_pod(sim, f"{tag}-{i}"))
-    _relabel_node(sim, "portal.test/tag", tag)
-    deleted = []
-    for pod in sim.store.objects("pods")[:deletes]:
-        sim.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-        deleted.append(pod["metadata"]["uid"])
-    return deleted
-
-
-def _assert_tombstoned(cluster: Cluster, uids: list[str]) -> None:
-    rows = dict(Pod.objects.filter(cluster=cluster, uid__in=uids).values_list("uid", "deleted_at"))
-    assert set(rows) == set(uids)
-    assert all(deleted_at is not None for deleted_at in rows.values())
+from tests.inventory.conftest import (
+    _assert_tombstoned,
+    _mutate,
+    _sync_once,
+    assert_converged,
+    db_state,
+    differences,
+    sim_state,
+)
 
 
 def _portal_written_objects(sim: Simulator) -> None:

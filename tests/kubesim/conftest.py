@@ -1,9 +1,10 @@
-"""Fixtures for the kubesim suite: a small inline scenario, a running simulator, raw HTTP helpers."""
+"""Fixtures for the kubesim suite: a small inline scenario, a running simulator, raw HTTP helpers, a kubectl runner."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import subprocess
 
 import pytest
 
@@ -150,3 +151,21 @@ def watch_lines(sim, path: str, timeout: float = 10, on_open=None) -> list[dict]
         return [json.loads(line) for line in r.read().splitlines() if line.strip()]
     finally:
         conn.close()
+
+
+def kubectl_runner(kubeconfig: str):
+    """`run(*args, check=True, stdin=None)`: the real kubectl against the simulator, failing the test on errors."""
+
+    def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+        p = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "--request-timeout=20s", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {p.stderr}")
+        return p
+
+    return run

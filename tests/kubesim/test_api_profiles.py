@@ -161,6 +161,7 @@ def _kubectl(sim, tmp_path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # runs kubectl itself (tests/conftest.py's hook marks only tests whose fixtures do)
 def test_kubectl_against_each_legacy_cluster(legacy, tmp_path):
     require_tool("kubectl")
     name, sim = legacy

@@ -12,7 +12,7 @@ import yaml
 
 from kubesim import Simulator
 from kubesim.scenario import ScenarioError, load_scenario
-from tests.kubesim.test_kubectl import kubectl_runner
+from tests.kubesim.conftest import kubectl_runner
 from tests.tools import require_tool
 
 from .conftest import request, watch_lines

@@ -9,6 +9,7 @@ import time
 import pytest
 import yaml
 
+from tests.kubesim.conftest import kubectl_runner
 from tests.tools import require_tool
 
 
@@ -34,24 +35,6 @@ spec:
 @pytest.fixture(scope="module")
 def kubeconfig(sim, tmp_path_factory):
     return str(sim.write_kubeconfig(tmp_path_factory.mktemp("kc") / "config"))
-
-
-def kubectl_runner(kubeconfig: str):
-    """`run(*args, check=True, stdin=None)`: the real kubectl against the simulator, failing the test on errors."""
-
-    def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
-        p = subprocess.run(
-            ["kubectl", "--kubeconfig", kubeconfig, "--request-timeout=20s", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and p.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {p.stderr}")
-        return p
-
-    return run
 
 
 @pytest.fixture

@@ -116,6 +116,7 @@ def test_restore_from_the_command_line(rsim):
     assert "cannot reach" in down.stderr
 
 
+@pytest.mark.slow  # runs kubectl itself (tests/conftest.py's hook marks only tests whose fixtures do)
 def test_kubectl_shows_the_too_large_error(rsim, tmp_path):
     kubeconfig = str(rsim.write_kubeconfig(tmp_path / "config"))
 

@@ -63,6 +63,7 @@ def test_churn_on_demo_keeps_objects_valid(demo):
     c.close()
 
 
+@pytest.mark.slow  # runs kubectl itself (tests/conftest.py's hook marks only tests whose fixtures do)
 def test_kubectl_on_demo(demo, tmp_path):
     kubectl = require_tool("kubectl")
     kc = demo.write_kubeconfig(tmp_path / "kc")
@@ -79,6 +80,7 @@ def test_kubectl_on_demo(demo, tmp_path):
         assert p.stdout.splitlines()[0].split()[0] in ("NAME", "NAMESPACE")
 
 
+@pytest.mark.slow  # starts a kubesim server process itself (tests/conftest.py's hook marks only fixtures')
 def test_cli_serves_until_sigterm(tmp_path):
     kc = tmp_path / "kc.yaml"
     proc = subprocess.Popen(

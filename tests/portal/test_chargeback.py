@@ -228,7 +228,7 @@ def test_sync_restarts_and_relists_never_double_count(live_demo) -> None:
     """The demo synced, priced; then a second full sync (relist), a simulator restart with compaction (410 →
     relist) and replayed derivation: the same pieces, to the microsecond and the cent."""
     from inventory.services.derive import derive_scope
-    from tests.portal.test_quota import _sync
+    from tests.conftest import sync_once as _sync
 
     sim, cluster = live_demo
     offering = OfferingFactory(slug="any-gpu", unit_kind="whole", resource_name="nvidia.com/gpu")

@@ -14,9 +14,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from catalog.services.capacity import capacity_refresh
 from inventory.errors import ClusterUnreachableError
-from inventory.leases import lease_backend
 from inventory.services.clients import client_for
-from inventory.services.sync import cluster_sync_once
 from portal.models import Notification, QuotaNamespaceState, QuotaRequest
 from portal.quota.services import (
     FIELD_MANAGER,
@@ -36,6 +34,7 @@ from portal.quota.services import (
 from portal.tenancy.roles import Role
 from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
+from tests.conftest import sync_once as _sync
 from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.slow
@@ -55,15 +54,6 @@ def world(live_demo, lead, approver):
                            node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     capacity_refresh(clusters=[cluster])
     return {"sim": sim, "cluster": cluster, "h100": h100, "approver2": second}
-
-
-def _sync(cluster) -> None:
-    client = client_for(cluster)
-    backend = lease_backend()
-    try:
-        cluster_sync_once(cluster_id=cluster.pk, client=client, lease_for=lambda s: backend.acquire(s, 30))
-    finally:
-        client.close()
 
 
 def _quota(sim) -> dict:

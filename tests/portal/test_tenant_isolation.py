@@ -17,8 +17,7 @@ from inventory import scoping
 from inventory.models import Pod
 from tests.catalog.feasibility_fixtures.builders import gpu_node, gpu_pod
 from tests.conftest import make_user
-from tests.inventory.factories import ClusterFactory, NodeFactory, PodFactory
-from tests.inventory.inventory_factories import DraDeviceFactory, PluginDeviceFactory
+from tests.inventory.factories import ClusterFactory, DraDeviceFactory, NodeFactory, PluginDeviceFactory, PodFactory
 from tests.portal.factories import give_namespaces
 
 pytestmark = pytest.mark.django_db
