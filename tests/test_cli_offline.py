@@ -160,7 +160,8 @@ def test_a_snapshot_file_gives_the_same_verdict_as_the_inventory(live_demo: Any,
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     dump = subprocess.run(
         [kubectl, "--kubeconfig", str(kubeconfig), "get",
-         "namespaces,nodes,pods,resourcequotas,deviceclasses,resourceslices,resourceclaims", "-A", "-o", "json"],
+         "namespaces,nodes,pods,resourcequotas,deviceclasses,resourceslices,resourceclaims,localqueues,clusterqueues",
+         "-A", "-o", "json"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     snapshot = tmp_path / "cluster.json"

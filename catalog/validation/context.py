@@ -14,9 +14,16 @@ from catalog.sharing import TIME_SLICING, node_sharing, refuses_more_than_one
 from catalog.validation.findings import ValidationFinding
 from catalog.validation.objects import ADMIN_ACCESS_LABEL
 from catalog.validation.queues import KueueContext
+from inventory.k8s.conversion import kueue_to_v1beta2
 from inventory.k8s.semantics import as_dict, as_list, as_str, kubernetes_version, labels_match, limit_range_defaults
 from inventory.k8s.semantics import quantity_or_none as quantity
-from inventory.k8s.semantics.kueue import QueueState, quotas_from_json, usage_from_json
+from inventory.k8s.semantics.kueue import (
+    QueueState,
+    cluster_queue_quotas,
+    flavor_usage,
+    quotas_from_json,
+    usage_from_json,
+)
 
 if TYPE_CHECKING:
     from inventory.models import Cluster
@@ -150,8 +157,9 @@ def kueue_context_for_cluster(cluster: Cluster) -> KueueContext | None:
 def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_version: str = "",
                          single_unit_pools: Iterable[tuple[str, Any]] = ()) -> ValidationContext:
     """The same context from a cluster snapshot file (`kubectl get namespaces,nodes,resourcequotas,deviceclasses,
-    resourceslices -A -o json`): what `validate_manifest --snapshot` uses without the inventory database. The
-    catalog's single-unit pools come from the caller (the command passes them when it has a database)."""
+    resourceslices -A -o json`, plus `localqueues,clusterqueues` where Kueue is installed): what `validate_manifest
+    --snapshot` uses without the inventory database. The catalog's single-unit pools come from the caller (the
+    command passes them when it has a database)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         grouped.setdefault(as_str(as_dict(obj).get("kind")), []).append(as_dict(obj))
@@ -174,7 +182,25 @@ def context_from_objects(objects: Iterable[dict[str, Any]], *, kubernetes_versio
     if not grouped.get("Namespace"):  # a snapshot without namespaces says nothing about them: skip those checks
         context.namespaces = None
         context.admin_access_namespaces = None
+    context.kueue = _kueue_from_objects(grouped.get("LocalQueue", []), grouped.get("ClusterQueue", []))
     return context
+
+
+def _kueue_from_objects(local_queues: list[dict[str, Any]], cluster_queues: list[dict[str, Any]]) -> KueueContext | None:
+    """Kueue's queues from a snapshot (any served version, read in the v1beta2 shape); None when it has none."""
+    if not local_queues and not cluster_queues:
+        return None
+    queues: dict[str, QueueState] = {}
+    for raw in cluster_queues:
+        obj = kueue_to_v1beta2(raw, as_str(raw.get("apiVersion")).rpartition("/")[2])
+        name = as_str(as_dict(obj.get("metadata")).get("name"))
+        problems: list[str] = []
+        queues[name] = QueueState(name, tuple(cluster_queue_quotas(obj.get("spec"), problems)),
+                                  usage_from_json(flavor_usage(obj.get("status"), problems)),
+                                  as_str(as_dict(obj.get("spec")).get("cohortName")))
+    local = {(as_str(as_dict(lq.get("metadata")).get("namespace")), as_str(as_dict(lq.get("metadata")).get("name"))):
+             as_str(as_dict(lq.get("spec")).get("clusterQueue")) for lq in local_queues}
+    return KueueContext(local_queues=local, cluster_queues=queues)
 
 
 def _limit_ranges(limit_ranges: Iterable[tuple[str, Any]]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:

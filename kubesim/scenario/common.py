@@ -42,6 +42,11 @@ OBJECT_KIND_ORDER = (
     "ResourceClaim",
     "Pod",
     "Event",
+    "ResourceFlavor",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "Workload",
 )
 ALL_MODE_QUOTA = 32  # AllocationResultsMaxSize, what quota charges for allocationMode All
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"  # DeviceClass without extendedResourceName

@@ -432,7 +432,12 @@ _API_CLASSES = {"core": k8s.CoreV1Api, "resource": k8s.ResourceV1Api, "admission
 
 
 def _list_path(kind: KindRef) -> str:
-    """The URL the adapter's list/watch call requests: read from the official client's generated method."""
+    """The URL the adapter's list/watch call requests: read from the official client's generated method (custom
+    resources, e.g. Kueue's: the generic cluster-wide list, with the kind's group, version and plural)."""
+    if kind.api == "custom":
+        source = inspect.getsource(k8s.CustomObjectsApi._list_cluster_custom_object_serialize)
+        path = re.search(r"resource_path='([^']+)'", source)[1]
+        return path.replace("{group}", kind.group).replace("{version}", kind.version).replace("{plural}", kind.key)
     source = inspect.getsource(getattr(_API_CLASSES[kind.api], f"_{kind.list_method}_serialize"))
     return re.search(r"resource_path='([^']+)'", source)[1]
 

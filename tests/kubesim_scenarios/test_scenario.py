@@ -23,8 +23,15 @@ KIND_ORDER = [
     "ResourceClaim",
     "Pod",
     "Event",
+    # Kueue (the demo installs it): its configuration before the Workloads that name it
+    "ResourceFlavor",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "Workload",
 ]
-NAMESPACED = {"Pod", "ResourceQuota", "LimitRange", "Event", "ResourceClaim", "ResourceClaimTemplate"}
+NAMESPACED = {"Pod", "ResourceQuota", "LimitRange", "Event", "ResourceClaim", "ResourceClaimTemplate", "LocalQueue",
+              "Workload"}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -80,7 +87,7 @@ def test_kinds_come_in_creation_order(scenario):
 
 def test_objects_are_complete_and_json_round_trip(scenario):
     for o in scenario:
-        assert o["apiVersion"] in ("v1", "resource.k8s.io/v1")
+        assert o["apiVersion"] in ("v1", "resource.k8s.io/v1", "kueue.x-k8s.io/v1beta2")
         meta = o["metadata"]
         assert "resourceVersion" not in meta
         assert RFC3339.match(meta["creationTimestamp"])
