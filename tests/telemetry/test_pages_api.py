@@ -87,18 +87,24 @@ def test_your_gpus_right_now_live(live_demo, prometheus) -> None:
     TelemetrySource.objects.create(cluster=cluster, prometheus_url=prom.url)
     client = Client()
     client.force_login(member)
-    deadline = time.monotonic() + 30
-    page = ""
-    while time.monotonic() < deadline and IDLE_POD_PREFIX not in page:
-        time.sleep(1)
-        page = client.get("/utilization/").content.decode()
+
+    def page_once_scraped(*expected: str) -> str:
+        """Prometheus scrapes each node's exporter on its own schedule: wait until every expected pod is in."""
+        deadline = time.monotonic() + 30
+        page = ""
+        while time.monotonic() < deadline and not all(text in page for text in expected):
+            time.sleep(1)
+            page = client.get("/utilization/").content.decode()
+        return page
+
+    page = page_once_scraped(IDLE_POD_PREFIX, "llm-pretrain")
     assert IDLE_POD_PREFIX in page
     assert "data-idle" in page
     assert "<polyline" in page
     assert "llm-pretrain" in page  # busy training on the H200s
     assert "ml-inference" not in page  # not the member's namespace
     client.force_login(outsider)
-    page = client.get("/utilization/").content.decode()
+    page = page_once_scraped("seg-mig3g")
     assert IDLE_POD_PREFIX not in page
     assert "seg-mig3g" in page  # the vision team's DRA MIG partition
     # the live findings: the hot card throttles; XID 79 on a card the DRA driver calls healthy
