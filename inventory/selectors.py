@@ -349,8 +349,8 @@ def queued_workloads(user: RequestUser, *, cluster_id: int | None = None, namesp
             reasons.append(f"ClusterQueue {cq} does not exist")
         else:
             queue = queues[(w.cluster_id, cq)]
-            cohort = [q for (c, _n), q in queues.items() if c == w.cluster_id and queue.cohort and q.cohort == queue.cohort]
+            same_cluster = [q for (c, _n), q in queues.items() if c == w.cluster_id]
             demand = {name: parse_quantity(amount) for name, amount in (w.requests or {}).items()}
-            reasons += queue_fit(queue, demand, cohort).reasons(cq)
+            reasons += queue_fit(queue, demand, same_cluster).reasons(cq)
         out.append(QueuedWorkload(w, cq, position, len(line), tuple(reasons), w.state_message))
     return out

@@ -84,8 +84,7 @@ def _check_named_queue(holder: PodHolder, queue: str, path: str, available: list
         findings.append(ValidationFinding("quota", "info", join(document_path(holder.index), "spec", "suspend"),
                                 "Kueue suspends a queued Job when it is created and starts it on admission; set "
                                 "suspend: true so nothing starts before that", "suspend: true", "queue-not-suspended"))
-    cohort = [q for q in kueue.cluster_queues.values() if cluster_queue.cohort and q.cohort == cluster_queue.cohort]
-    fit = queue_fit(cluster_queue, _demand(holder), cohort)
+    fit = queue_fit(cluster_queue, _demand(holder), list(kueue.cluster_queues.values()))
     pods = f"{holder.pods} pods" if holder.pods != 1 else "its pod"
     if fit.uncovered:
         findings.append(ValidationFinding("quota", "error", path, "; ".join(fit.reasons(target)[:len(fit.uncovered)])

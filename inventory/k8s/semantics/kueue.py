@@ -242,7 +242,8 @@ class QueueFit:
 
 
 def queue_fit(queue: QueueState, demand: dict[str, Fraction], cohort: Sequence[QueueState] = ()) -> QueueFit:
-    """Can `queue` reserve `demand` (resource → total amount of all pods that start together) now?"""
+    """Can `queue` reserve `demand` (resource → total amount of all pods that start together) now? `cohort`: the
+    cluster's ClusterQueues (those of other cohorts are ignored by `borrowable`)."""
     wanted = {name: amount for name, amount in demand.items() if amount > 0}
     groups: dict[int, list[FlavorQuota]] = {}
     for cell in queue.quotas:
