@@ -14,14 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from inventory.errors import ClusterError
+
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")  # best first: v1beta2 from Kueue 0.15, v1beta1 since 0.9 (0.6 as alpha)
 PENDING_WORKLOADS = "clusterqueues/pendingworkloads"  # the subresource discovery must list
 PAGE_LIMIT = 1000  # Kueue's default limit
 
 
-class VisibilityAnswerError(ValueError):
-    """The visibility API answered something that is not a PendingWorkloadsSummary (or not a consistent one)."""
+class VisibilityAnswerError(ClusterError):
+    """The visibility API answered something that is not a PendingWorkloadsSummary (or not a consistent one): refused
+    whole, never retried as if the cluster were unreachable."""
 
 
 @dataclass(frozen=True, slots=True)

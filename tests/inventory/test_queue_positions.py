@@ -130,11 +130,14 @@ def test_a_summary_is_read_and_anything_else_refused():
     assert pending_workloads_parse({"kind": "PendingWorkloadsSummary", "items": [item]}, offset=5) == [
         PendingWorkload("team-a", "w", "q", 3, 5, 0)]
     assert pending_workloads_parse({"kind": "PendingWorkloadsSummary", "metadata": {}}) == []  # Go's omitted list
+    second = {**item, "metadata": {"name": "v", "namespace": "team-a"}, "positionInClusterQueue": 6}
+    assert [w.name for w in pending_workloads_parse({"items": [item, second]}, offset=5)] == ["w", "v"]
     for bad in ([item], {"kind": "Status", "items": []}, {"items": "nope"}, {"items": [{**item, "metadata": {}}]},
                 {"items": [{**item, "positionInClusterQueue": -1}]}, {"items": [{**item, "priority": "high"}]},
-                {"items": [item, item]}, {"items": [{**item, "positionInClusterQueue": 1}]}):
+                {"items": [{**item, "localQueueName": ""}]}, {"items": [item, {**item, "positionInClusterQueue": 6}]},
+                {"items": [second, item]}, {"items": [{**item, "positionInClusterQueue": 4}]}):
         with pytest.raises(VisibilityAnswerError):
-            pending_workloads_parse(bad, offset=5 if bad != {"items": [{**item, "positionInClusterQueue": 1}]} else 2)
+            pending_workloads_parse(bad, offset=5)
 
 
 # ----------------------------------------------------------------------------------------------- end to end
