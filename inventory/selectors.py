@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -287,17 +288,52 @@ def evidence_events(*, cluster_ids: Iterable[int], uids: Iterable[str],
     return out
 
 
+def position_is_fresh(observed_at: datetime | None, *, now: datetime | None = None) -> bool:
+    """Whether a queue position Kueue's visibility API gave at `observed_at` still counts as current: within
+    PORTAL_QUEUE_POSITION_FRESH_SECONDS (2 minutes by default: four rounds of the position beat at its default 30 s,
+    so a missed round or two does not flip the page to the estimate)."""
+    fresh_for = timedelta(seconds=settings.PORTAL_QUEUE_POSITION_FRESH_SECONDS)
+    return observed_at is not None and (now or timezone.now()) - observed_at <= fresh_for
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @dataclass(frozen=True)
 class QueuedWorkload:
     """A Kueue Workload waiting for quota, and why: Kueue's own condition message and the portal's reading of its
-    ClusterQueue's quota and usage (inventory/k8s/semantics/kueue.py)."""
+    ClusterQueue's quota and usage (inventory/k8s/semantics/kueue.py), and where it stands in its ClusterQueue:
+    Kueue's position from its visibility API when one was read within PORTAL_QUEUE_POSITION_FRESH_SECONDS, else the
+    portal's estimate (priority, then age)."""
 
     workload: Workload
     cluster_queue: str
-    position: int  # 1-based, among the queue's pending workloads (priority, then age: Kueue's FIFO order)
-    waiting: int  # pending workloads in that ClusterQueue
+    position: int  # 1-based, among the queue's pending workloads (0: unknown)
+    waiting: int | None  # pending workloads in that ClusterQueue (None: Kueue sent only the queue's head)
     reasons: tuple[str, ...]
     kueue_message: str
+    position_source: str = "estimate"  # "kueue" (its visibility API) or "estimate" (the portal's)
+    local_queue_position: int | None = None  # 1-based, Kueue's (only with position_source "kueue")
+    position_observed_at: datetime | None = None
+
+    @property
+    def position_text(self) -> str:
+        """"3rd of 7 in ClusterQueue research (Kueue)" or "about 3rd of 7 (estimated: priority, then age)"."""
+        if not self.position:
+            return ""
+        of = f" of {self.waiting}" if self.waiting is not None else ""
+        if self.position_source == "kueue":
+            return f"{_ordinal(self.position)}{of} in ClusterQueue {self.cluster_queue} (Kueue)"
+        return f"about {_ordinal(self.position)}{of} (estimated: priority, then age)"
+
+    @property
+    def local_position_text(self) -> str:
+        """Kueue's position in the Workload's LocalQueue ("1st in LocalQueue team-a-queue"), when Kueue gave one."""
+        if self.position_source != "kueue" or not self.local_queue_position:
+            return ""
+        return f"{_ordinal(self.local_queue_position)} in LocalQueue {self.workload.queue_name}"
 
     @property
     def summary(self) -> str:
@@ -338,10 +374,16 @@ def queued_workloads(user: RequestUser, *, cluster_id: int | None = None, namesp
         cq = targets.get((w.cluster_id, w.namespace, w.queue_name), "")
         order.setdefault((w.cluster_id, cq), []).append((-_priority(w), w.k8s_created_at, w.pk))
     out = []
+    now = timezone.now()
     for w in mine:
         cq = targets.get((w.cluster_id, w.namespace, w.queue_name), "")
-        line = sorted(order.get((w.cluster_id, cq), []), key=lambda e: (e[0], e[1] or timezone.now(), e[2]))
+        line = sorted(order.get((w.cluster_id, cq), []), key=lambda e: (e[0], e[1] or now, e[2]))
         position = next((i + 1 for i, entry in enumerate(line) if entry[2] == w.pk), 0)
+        place: dict[str, Any] = {"position": position, "waiting": len(line)}
+        if w.queue_position and position_is_fresh(w.position_observed_at, now=now):
+            place = {"position": w.queue_position, "waiting": w.queue_waiting, "position_source": "kueue",
+                     "local_queue_position": w.local_queue_position, "position_observed_at": w.position_observed_at}
+            cq = w.position_cluster_queue or cq
         reasons: list[str] = []
         if not cq:
             reasons.append(f"LocalQueue {w.queue_name or '(none)'} does not exist in namespace {w.namespace}")
@@ -352,5 +394,5 @@ def queued_workloads(user: RequestUser, *, cluster_id: int | None = None, namesp
             same_cluster = [q for (c, _n), q in queues.items() if c == w.cluster_id]
             demand = {name: parse_quantity(amount) for name, amount in (w.requests or {}).items()}
             reasons += queue_fit(queue, demand, same_cluster).reasons(cq)
-        out.append(QueuedWorkload(w, cq, position, len(line), tuple(reasons), w.state_message))
+        out.append(QueuedWorkload(w, cq, reasons=tuple(reasons), kueue_message=w.state_message, **place))
     return out

@@ -3,6 +3,12 @@
 Beat runs `watchers_ensure` every few seconds; it enqueues a `watch_window` for every (cluster, kind) whose lease
 nobody holds. A window lists if needed, watches for PORTAL_WATCH_WINDOW_SECONDS, saves its resourceVersion,
 releases the lease and enqueues its successor, so a killed worker loses at most one window and no data.
+
+Kueue's queue positions are read on their own beat (`queue_positions_due`, every PORTAL_QUEUE_POSITIONS_SECONDS),
+not after each Workload batch: positions also move when no Workload of the reader's changes, a busy cluster writes
+Workload batches several times a second (one visibility request per ClusterQueue each time would load Kueue's
+aggregated API, which Kueue puts behind its own API Priority and Fairness limits), and a fixed period bounds the
+age of a shown position (PORTAL_QUEUE_POSITION_FRESH_SECONDS).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from inventory.errors import ClusterConfigError, ClusterError, LeaseLostError
+from inventory.k8s.discovery import ApiDiscovery
+from inventory.k8s.types import KUEUE_GROUP
 from inventory.kinds import SYNCED_KINDS
 from inventory.leases import lease_backend
 from inventory.models import Cluster, SyncState
@@ -101,6 +109,60 @@ def watch_window_task(cluster_id: int, kind: str) -> str:
     if handover and _claim_enqueue(state):
         watch_window_task.delay(cluster_id, kind)
     logger.info("watch window %s/%s: %s", cluster.name, kind, outcome)
+    return outcome
+
+
+@shared_task(name="inventory.queue_positions_due", ignore_result=True)  # type: ignore[untyped-decorator]
+def queue_positions_due_task() -> int:
+    """Beat: one position read per enabled cluster whose discovery shows Kueue (the read itself decides whether the
+    visibility API is served, and records why not). Returns how many it enqueued."""
+    from inventory.services.queue_positions import queue_positions_state
+
+    backend = lease_backend()
+    started = 0
+    for cluster_id, discovery in Cluster.objects.enabled().values_list("pk", "api_discovery"):
+        found = ApiDiscovery.from_json(discovery)
+        if found is None or KUEUE_GROUP not in found.groups:
+            continue
+        state = queue_positions_state(cluster_id=cluster_id)
+        if backend.is_held(state) or not _claim_enqueue(state):
+            continue
+        queue_positions_sync_task.delay(cluster_id)
+        started += 1
+    return started
+
+
+@shared_task(name="inventory.queue_positions_sync", ignore_result=True)  # type: ignore[untyped-decorator]
+def queue_positions_sync_task(cluster_id: int) -> str:
+    """Read a cluster's queue positions from Kueue's visibility API under the cluster's `queuepositions` lease.
+    Errors are recorded on that sync state; the next beat tries again (stored positions keep their timestamp)."""
+    from inventory.services.queue_positions import queue_positions_state, queue_positions_sync
+
+    state = queue_positions_state(cluster_id=cluster_id)
+    _clear_enqueue(state.pk)
+    cluster = Cluster.objects.filter(pk=cluster_id, sync_enabled=True).first()
+    if cluster is None:
+        return "cluster disabled or gone"
+    lease = lease_backend().acquire(state, settings.PORTAL_WATCH_LEASE_SECONDS)
+    if lease is None:
+        return "lease held by another reader"
+    try:
+        client = client_for(cluster)
+        try:
+            result = queue_positions_sync(cluster_id=cluster_id, client=client, lease=lease)
+        finally:
+            client.close()
+        outcome = (f"{result.queues} queues, {result.positioned} positioned, {result.cleared} cleared"
+                   + (f", refused: {', '.join(result.refused)}" if result.refused else "")
+                   if result.served else f"not served: {result.reason}")
+    except LeaseLostError as exc:
+        outcome = f"lease lost: {exc}"
+    except ClusterError as exc:  # unreachable (positions stay, with their timestamps) or misconfigured
+        sync_state_error_record(state.pk, str(exc))
+        outcome = f"cluster error: {exc}"
+    finally:
+        lease.release()
+    logger.info("queue positions %s: %s", cluster.name, outcome)
     return outcome
 
 

@@ -18,6 +18,9 @@ ADMISSION_GROUP = "admissionregistration.k8s.io"
 EVENTS_GROUP = "events.k8s.io"
 KUEUE_GROUP = "kueue.x-k8s.io"  # Kueue's CRDs; v1beta2 is its storage version (Kueue 0.15+), v1beta1 the older one
 KUEUE_STORAGE_VERSION = "v1beta2"
+# Kueue's visibility API: an aggregated API (served by Kueue's controller, not stored) answering which Workloads wait
+# in a queue and in which order (clusterqueues/<name>/pendingworkloads, namespaces/<ns>/localqueues/<name>/...).
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first, as kube-apiserver lists them
 
 
@@ -31,6 +34,9 @@ class ApiProfile:
     events_api: bool = True  # events.k8s.io/v1
     admission_policies: bool = True  # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy(+Binding)
     kueue_versions: tuple[str, ...] = ()  # served kueue.x-k8s.io versions (Kueue installed), preferred first
+    # served visibility.kueue.x-k8s.io versions, preferred first; () = Kueue without its visibility API (the
+    # VisibilityOnDemand feature gate off, or the APIService not registered)
+    kueue_visibility: tuple[str, ...] = ()
 
     @property
     def minor(self) -> str:
@@ -47,6 +53,8 @@ class ApiProfile:
             groups[EVENTS_GROUP] = ("v1",)
         if self.kueue_versions:
             groups[KUEUE_GROUP] = self.kueue_versions
+        if self.kueue_versions and self.kueue_visibility:
+            groups[VISIBILITY_GROUP] = self.kueue_visibility
         return groups
 
 
@@ -59,8 +67,11 @@ PROFILES: dict[str, ApiProfile] = {
         ApiProfile("dra-v1beta2", "v1.33.2", ("v1beta2",)),
         ApiProfile("no-events", "v1.35.0", ("v1",), events_api=False),
         ApiProfile("no-admission-policies", "v1.29.10", (), admission_policies=False),
-        ApiProfile("kueue", "v1.35.0", ("v1",), kueue_versions=("v1beta2", "v1beta1")),
-        ApiProfile("kueue-v1beta1", "v1.33.2", ("v1beta2",), kueue_versions=("v1beta1",)),
+        ApiProfile("kueue", "v1.35.0", ("v1",), kueue_versions=("v1beta2", "v1beta1"),
+                   kueue_visibility=("v1beta2", "v1beta1")),
+        ApiProfile("kueue-v1beta1", "v1.33.2", ("v1beta2",), kueue_versions=("v1beta1",), kueue_visibility=("v1beta1",)),
+        # Kueue installed without its visibility API: the portal estimates queue positions itself.
+        ApiProfile("kueue-no-visibility", "v1.35.0", ("v1",), kueue_versions=("v1beta2", "v1beta1")),
     )
 }
 

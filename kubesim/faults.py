@@ -24,6 +24,7 @@ class Faults:
             self._fail: list[tuple[int, float | None]] = []
             self._slow: list[float] = []
             self._expire = 0
+            self._visibility: list[bytes] = []
 
     def fail_next_requests(self, n: int, status: int = 500, retry_after: float | None = 1) -> None:
         """The next n resource requests answer `status` with a Status body (+ Retry-After for 429/503)."""
@@ -37,6 +38,12 @@ class Faults:
     def expire_next_watches(self, n: int = 1) -> None:
         with self._lock:
             self._expire += n
+
+    def malform_next_visibility_answers(self, n: int, body: bytes) -> None:
+        """The next n visibility (pendingworkloads) requests answer 200 with `body` instead of the real summary: a
+        Kueue that answers something the portal must refuse."""
+        with self._lock:
+            self._visibility.extend([body] * n)
 
     def drop_watches(self) -> int:
         """Abruptly close every open watch connection (no final chunk). Returns how many."""
@@ -58,6 +65,10 @@ class Faults:
     def take_delay(self) -> float:
         with self._lock:
             return self._slow.pop(0) if self._slow else 0.0
+
+    def take_visibility_body(self) -> bytes | None:
+        with self._lock:
+            return self._visibility.pop(0) if self._visibility else None
 
     def take_expire(self) -> bool:
         with self._lock:

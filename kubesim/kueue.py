@@ -14,6 +14,11 @@ taken as written):
 - ClusterQueue and LocalQueue status (flavorsUsage, flavorsReservation, workload counts) follow.
 Not modelled (said in docs/queues.md): borrowing and lending within a cohort, preemption, fair sharing, admission
 checks, topology-aware scheduling, and starting the Job's pods.
+
+The visibility API (`visibility.kueue.x-k8s.io`, `pending_workloads`) answers from the same model: a ClusterQueue's
+pending Workloads are those without QuotaReserved=True (and not Finished) whose LocalQueue points at it, in the order
+admission tries them — spec.priority (higher first), then creationTimestamp (older first), then namespace and name
+(a tie-break Kueue leaves to its heap; the simulator makes it deterministic). Positions count from 0, as Kueue's do.
 """
 
 from __future__ import annotations
@@ -53,6 +58,20 @@ def _reserved(workload: dict[str, Any]) -> bool:
                for c in _l(_d(workload.get("status")).get("conditions")))
 
 
+def _finished(workload: dict[str, Any]) -> bool:
+    return any(_d(c).get("type") == "Finished" and _d(c).get("status") == "True"
+               for c in _l(_d(workload.get("status")).get("conditions")))
+
+
+def queue_order(workload: dict[str, Any]) -> tuple[int, str, str, str]:
+    """Where a pending Workload stands in its ClusterQueue: priority (higher first), then age, then namespace/name."""
+    meta, spec = _d(workload.get("metadata")), _d(workload.get("spec"))
+    priority = spec.get("priority")
+    priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+    return (-priority, str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""))
+
+
 def _pod_set_requests(pod_set: dict[str, Any]) -> dict[str, Fraction]:
     usage = pod_usage(_d(_d(pod_set.get("template")).get("spec")))
     out = {name: amount for name, amount in usage.items() if name in ("cpu", "memory")}
@@ -87,9 +106,7 @@ class KueueAdmission:
                     for resource, amount in _d(_d(assignment).get("resourceUsage")).items():
                         key = (str(flavors.get(resource, "")), str(resource))
                         used[admission["clusterQueue"]][key] = used[admission["clusterQueue"]].get(key, 0) + _q(amount)
-            pending = sorted((wl for wl in workloads if not _reserved(wl)),
-                             key=lambda wl: (-(_d(wl.get("spec")).get("priority") or 0),
-                                             _d(wl.get("metadata")).get("creationTimestamp") or ""))
+            pending = sorted((wl for wl in workloads if not _reserved(wl)), key=queue_order)
             for wl in pending:
                 meta = _d(wl.get("metadata"))
                 target = local.get((meta.get("namespace", ""), _d(wl.get("spec")).get("queueName")), "")
@@ -193,3 +210,44 @@ class KueueAdmission:
             lq["status"] = {**_d(lq.get("status")), "pendingWorkloads": pending, "reservingWorkloads": admitted,
                             "admittedWorkloads": admitted}
             self._store.update("localqueues", lq, subresource="status", check_rv=False)
+
+    # ------------------------------------------------------------------ visibility.kueue.x-k8s.io
+    def pending_workloads(self, cluster_queue: str = "", *, local_queue: tuple[str, str] | None = None,
+                          offset: int = 0, limit: int = 1000) -> list[dict[str, Any]] | None:
+        """The PendingWorkload items of a ClusterQueue, or of one LocalQueue (namespace, name) (positions still counted
+        over its ClusterQueue), in queue order, `offset`/`limit` applied as Kueue does; None when there is no such
+        queue."""
+        store = self._store
+        with store.lock:
+            local = {so.key: str(_d(so.obj.get("spec")).get("clusterQueue") or "")
+                     for so in store.sorted_objects("localqueues")}
+            if local_queue is not None:
+                if local_queue not in local:
+                    return None
+                cluster_queue = local[local_queue]
+            elif store.get_stored("clusterqueues", None, cluster_queue) is None:
+                return None
+            waiting = sorted((so.obj for so in store.sorted_objects("workloads")
+                              if not _reserved(so.obj) and not _finished(so.obj)
+                              and local.get((_d(so.obj.get("metadata")).get("namespace", ""),
+                                             _d(so.obj.get("spec")).get("queueName"))) == cluster_queue),
+                             key=queue_order)
+        items: list[dict[str, Any]] = []
+        in_local: dict[tuple[str, str], int] = {}
+        for position, wl in enumerate(waiting):
+            meta, spec = _d(wl.get("metadata")), _d(wl.get("spec"))
+            key = (str(meta.get("namespace") or ""), str(spec.get("queueName") or ""))
+            local_position = in_local.get(key, 0)
+            in_local[key] = local_position + 1
+            if local_queue is not None and key != local_queue:
+                continue
+            items.append({
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                             "creationTimestamp": meta.get("creationTimestamp"),
+                             **({"ownerReferences": meta["ownerReferences"]} if meta.get("ownerReferences") else {})},
+                "priority": -queue_order(wl)[0],
+                "localQueueName": key[1],
+                "positionInClusterQueue": position,
+                "positionInLocalQueue": local_position,
+            })
+        return items[offset:offset + limit]

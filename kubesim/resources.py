@@ -5,7 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 
-from .apis import ADMISSION_GROUP, EVENTS_GROUP, KUEUE_GROUP, KUEUE_STORAGE_VERSION, RESOURCE_GROUP, ApiProfile, profile
+from .apis import (
+    ADMISSION_GROUP,
+    EVENTS_GROUP,
+    KUEUE_GROUP,
+    KUEUE_STORAGE_VERSION,
+    RESOURCE_GROUP,
+    VISIBILITY_GROUP,
+    ApiProfile,
+    profile,
+)
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 INTEGER_COLUMNS = frozenset({"pod_restarts", "cm_data", "vap_validations"})
@@ -196,6 +205,8 @@ def served_types(api: ApiProfile) -> dict[tuple[str, str], dict[str, ResourceTyp
     """(group, version) → plural → type, for every group version the profile serves (core first)."""
     served: dict[tuple[str, str], dict[str, ResourceType]] = {("", "v1"): by_group_version("", "v1")}
     for group, versions in api.group_versions().items():
+        if group == VISIBILITY_GROUP:  # an aggregated API with no stored kinds (server.py answers it)
+            continue
         for version in versions:
             if group == EVENTS_GROUP:
                 served[(group, version)] = {"events": EVENTS_V1}
@@ -277,7 +288,22 @@ def api_group_doc(group: str = RESOURCE_GROUP, api: ApiProfile | None = None) ->
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group, (api or profile(None)).group_versions()[group])}
 
 
+def _visibility_resources() -> list[dict]:
+    """Kueue's visibility API: clusterqueues and localqueues exist only to carry their `pendingworkloads`
+    subresource (no verbs of their own), whose GET answers a PendingWorkloadsSummary."""
+    out = []
+    for plural, singular, namespaced in (("clusterqueues", "clusterqueue", False), ("localqueues", "localqueue", True)):
+        out.append({"name": plural, "singularName": singular, "namespaced": namespaced,
+                    "kind": "PendingWorkloadsSummary", "verbs": []})
+        out.append({"name": f"{plural}/pendingworkloads", "singularName": "", "namespaced": namespaced,
+                    "kind": "PendingWorkloadsSummary", "verbs": ["get"]})
+    return out
+
+
 def resource_list_doc(group: str, version: str, api: ApiProfile | None = None) -> dict:
+    if group == VISIBILITY_GROUP:
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                "resources": _visibility_resources()}
     resources = []
     for r in served_types(api or profile(None)).get((group, version), {}).values():
         entry = {

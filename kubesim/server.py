@@ -272,8 +272,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if method == "GET" and parts and parts[0] == "dcgm":
                 self._dcgm(parts)
                 return
-            route = self._route(parts)
-            if route is None:
+            visibility = self._visibility_route(parts)
+            route = self._route(parts) if visibility is None else None
+            if route is None and visibility is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             delay = self.sim.faults.take_delay()
             if delay:
@@ -289,6 +290,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 details = {"retryAfterSeconds": int(retry_after or 1)} if headers else None
                 self._send_error(ApiError(code, reason, msg, details), headers)
                 return
+            if visibility is not None:
+                self._pending_workloads(method, visibility, q)
+                return
             self._handle(method, route, q, body)
             if method in ("POST", "PUT", "PATCH", "DELETE"):  # Kueue's controller reacts to the write
                 self.sim.kueue.written(route.rt.group, route.subresource, q.get("dryRun") == "All")
@@ -301,6 +305,47 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {e!r}"))
             except OSError:
                 self.close_connection = True
+
+    # ------------------------------------------------------------------ visibility.kueue.x-k8s.io (aggregated API)
+    def _visibility_route(self, parts: list[str]) -> tuple[str, str, tuple[str, str] | None] | None:
+        """(version, ClusterQueue or LocalQueue name, (namespace, LocalQueue) or None) of a pendingworkloads path of
+        a served visibility version; None for every other path."""
+        api = self.sim.api
+        if len(parts) < 3 or parts[:2] != ["apis", apis.VISIBILITY_GROUP]:
+            return None
+        version, rest = parts[2], parts[3:]
+        if version not in api.group_versions().get(apis.VISIBILITY_GROUP, ()):
+            return None
+        if len(rest) == 3 and rest[0] == "clusterqueues" and rest[2] == "pendingworkloads":
+            return version, rest[1], None
+        if len(rest) == 5 and rest[0] == "namespaces" and rest[2] == "localqueues" and rest[4] == "pendingworkloads":
+            return version, rest[3], (rest[1], rest[3])
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def _pending_workloads(self, method: str, target: tuple[str, str, tuple[str, str] | None], q: dict) -> None:
+        """GET .../pendingworkloads: a PendingWorkloadsSummary from the admission model's queue order (kubesim/kueue.py);
+        `offset` (default 0) and `limit` (default 1000) as Kueue reads them."""
+        if method != "GET":
+            raise _method_not_allowed()
+        version, name, local_queue = target
+        try:
+            offset, limit = int(q.get("offset") or 0), int(q.get("limit") or 1000)
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", "offset and limit must be integers") from e
+        if offset < 0 or limit < 0:
+            raise ApiError(400, "BadRequest", "offset and limit must not be negative")
+        malformed = self.sim.faults.take_visibility_body()
+        if malformed is not None:
+            self._send(200, malformed)
+            return
+        items = self.sim.kueue.pending_workloads("" if local_queue else name, local_queue=local_queue, offset=offset,
+                                                 limit=limit or 1000)
+        if items is None:
+            what = "localqueue" if local_queue else "clusterqueue"
+            raise ApiError(404, "NotFound", f'{what}.{apis.VISIBILITY_GROUP} "{name}" not found',
+                           {"name": name, "group": apis.VISIBILITY_GROUP, "kind": what})
+        self._send_json(200, {"kind": "PendingWorkloadsSummary", "apiVersion": f"{apis.VISIBILITY_GROUP}/{version}",
+                              "metadata": {"creationTimestamp": None}, "items": items})
 
     def _dcgm(self, parts: list[str]) -> None:
         """`/dcgm/<node>/metrics`: the node's dcgm-exporter; `/dcgm/targets`: file_sd targets of every GPU node."""

@@ -32,7 +32,7 @@ from inventory.errors import (
     HistoryRewoundError,
     ResourceExpiredError,
 )
-from inventory.k8s.discovery import DISCOVERED_GROUPS, ApiDiscovery
+from inventory.k8s.discovery import DISCOVERED_GROUPS, SUBRESOURCE_GROUPS, ApiDiscovery
 from inventory.k8s.kubeconfig import kubeconfig_validate
 from inventory.k8s.types import (
     DRY_RUN_KINDS,
@@ -42,6 +42,14 @@ from inventory.k8s.types import (
     ListPage,
     WatchEvent,
     object_path,
+)
+from inventory.k8s.visibility import (
+    PAGE_LIMIT,
+    VISIBILITY_GROUP,
+    PendingQueue,
+    PendingWorkload,
+    VisibilityAnswerError,
+    pending_workloads_parse,
 )
 
 logger = logging.getLogger(__name__)
@@ -66,6 +74,8 @@ class ClusterClient(Protocol):
     def apply(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult: ...
 
     def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str = "") -> bool: ...
+
+    def pending_workloads(self, cluster_queue: str, *, version: str) -> PendingQueue: ...
 
     def close(self) -> None: ...
 
@@ -102,10 +112,11 @@ def _json_object(body: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _resource_names(doc: dict[str, Any]) -> list[str]:
-    """Top-level resource names of an APIResourceList (subresources like `pods/status` left out)."""
+def _resource_names(doc: dict[str, Any], *, subresources: bool = False) -> list[str]:
+    """Resource names of an APIResourceList: top-level ones only (subresources like `pods/status` left out) unless
+    `subresources`."""
     return sorted({str(r["name"]) for r in doc.get("resources") or []
-                   if isinstance(r, dict) and isinstance(r.get("name"), str) and "/" not in r["name"]})
+                   if isinstance(r, dict) and isinstance(r.get("name"), str) and (subresources or "/" not in r["name"])})
 TOO_LARGE_CAUSE = "Too large resource version"
 
 
@@ -380,7 +391,7 @@ class KubernetesClusterClient:
             for version in groups.get(group, []):
                 doc = self._get_json(f"/apis/{quote(group)}/{quote(version)}", f"discovery {group}/{version}")
                 if doc is not None:
-                    resources[f"{group}/{version}"] = _resource_names(doc)
+                    resources[f"{group}/{version}"] = _resource_names(doc, subresources=group in SUBRESOURCE_GROUPS)
         return ApiDiscovery(git_version=str(version_doc.get("gitVersion") or ""), groups=groups, resources=resources)
 
     def list_page(self, kind: KindRef, *, limit: int, continue_token: str | None) -> ListPage:
@@ -499,6 +510,36 @@ class KubernetesClusterClient:
             return False
         raise ClusterRequestError(f"delete {kind.lower()} {namespace}/{name}: HTTP {status} {_status_message(raw)}",
                                   status=status)
+
+    def pending_workloads(self, cluster_queue: str, *, version: str, max_pages: int = 20) -> PendingQueue:
+        """Every Workload pending in a ClusterQueue, in Kueue's order, from the visibility API at `version` (pages of
+        PAGE_LIMIT, at most `max_pages`: the queue's head is what matters). Raises ClusterUnreachableError (transport,
+        429, 5xx: an aggregated API whose backend is down answers 503), ClusterRequestError (another refusal: 404 for
+        a ClusterQueue Kueue does not know, 403 without RBAC on the group) or VisibilityAnswerError (the answer is
+        not a consistent PendingWorkloadsSummary: nothing of it is returned)."""
+        path = (f"/apis/{VISIBILITY_GROUP}/{quote(version, safe='')}/clusterqueues/"
+                f"{quote(cluster_queue, safe='')}/pendingworkloads")
+        what = f"pending workloads of ClusterQueue {cluster_queue}"
+        out: dict[tuple[str, str], PendingWorkload] = {}
+        for page in range(max_pages):
+            offset = page * PAGE_LIMIT
+            status, body = self._send("GET", path, what, query=[("offset", str(offset)), ("limit", str(PAGE_LIMIT))],
+                                      body=None, content_type="application/json")
+            if not 200 <= status < 300:
+                raise ClusterRequestError(f"{what}: HTTP {status} {_status_message(body)}", status=status)
+            try:
+                doc = orjson.loads(body or b"")
+            except (orjson.JSONDecodeError, TypeError):
+                raise VisibilityAnswerError(f"{what}: the answer is not JSON") from None
+            try:
+                items = pending_workloads_parse(doc, offset=offset)
+            except VisibilityAnswerError as exc:
+                raise VisibilityAnswerError(f"{what}: {exc}") from None
+            for item in items:  # the queue may move between pages: a Workload seen on an earlier page stays there
+                out.setdefault((item.namespace, item.name), item)
+            if len(items) < PAGE_LIMIT:
+                return PendingQueue(tuple(out.values()))
+        return PendingQueue(tuple(out.values()), complete=False)
 
     def _send(self, method: str, path: str, what: str, *, query: list[tuple[str, str]], body: Any,
               content_type: str, passthrough: tuple[int, ...] = ()) -> tuple[int, Any]:

@@ -13,12 +13,15 @@ from typing import Any
 
 from inventory.k8s.semantics.values import as_dict
 from inventory.k8s.types import KINDS, KUEUE_GROUP, KindRef
+from inventory.k8s.visibility import PENDING_WORKLOADS, VISIBILITY_GROUP, VISIBILITY_VERSIONS
 
 RESOURCE_GROUP = "resource.k8s.io"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 EVENTS_GROUP = "events.k8s.io"
 # Groups whose resource lists discovery fetches (core/v1 is always fetched).
-DISCOVERED_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP, EVENTS_GROUP, KUEUE_GROUP)
+DISCOVERED_GROUPS = (RESOURCE_GROUP, ADMISSION_GROUP, EVENTS_GROUP, KUEUE_GROUP, VISIBILITY_GROUP)
+# Groups whose subresources are recorded too (the visibility API is nothing but `*/pendingworkloads`).
+SUBRESOURCE_GROUPS = (VISIBILITY_GROUP,)
 # Versions the portal can read, best first. DRA: v1 (1.34+), v1beta2 (1.33), v1beta1 (1.32); the conversion module
 # (inventory/k8s/conversion.py) turns the older shapes into v1.
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
@@ -119,6 +122,25 @@ class ApiDiscovery:
             return (f"{base.kind} {base.api_version} not served on this cluster{self._where()}; it needs Kubernetes "
                     "1.30 or newer")
         return f"{base.kind} {base.api_version} not served on this cluster{self._where()}"
+
+    def pending_workloads_version(self) -> str:
+        """The best visibility.kueue.x-k8s.io version serving ClusterQueues' pending workloads ("" when none)."""
+        return next((v for v in VISIBILITY_VERSIONS if self.serves(VISIBILITY_GROUP, v, PENDING_WORKLOADS)), "")
+
+    def pending_workloads_reason(self) -> str:
+        """Why Kueue's queue positions cannot be read here (empty when they can): the portal estimates them then."""
+        if self.pending_workloads_version():
+            return ""
+        served = self.groups.get(VISIBILITY_GROUP, [])
+        if KUEUE_GROUP not in self.groups:
+            return f"Kueue is not installed on this cluster (no {KUEUE_GROUP} API)"
+        if not served:
+            return (f"Kueue's visibility API ({VISIBILITY_GROUP}) is not served: Kueue runs without it "
+                    "(VisibilityOnDemand off, or its APIService not registered)")
+        if not any(f"{VISIBILITY_GROUP}/{v}" in self.resources for v in served):
+            return f"{VISIBILITY_GROUP} is registered but did not answer discovery (its APIService is unavailable)"
+        return (f"{VISIBILITY_GROUP} served only as {', '.join(served)}; the portal reads "
+                f"{', '.join(VISIBILITY_VERSIONS)} (clusterqueues/pendingworkloads)")
 
     def events_api(self) -> str:
         """How Events are read: always core/v1 (every version serves it); says whether events.k8s.io exists too."""

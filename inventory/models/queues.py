@@ -90,6 +90,21 @@ class Workload(KubeObject):
     pod_count = models.IntegerField(default=0)
     requests = models.JSONField(default=dict, blank=True)
     served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
+    # Where Kueue's visibility API last said the Workload waits (inventory/services/queue_positions.py); not part of
+    # the object, so the sync leaves these alone. All empty when Kueue never said, or no longer lists it as pending.
+    queue_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="1-based position in its ClusterQueue (Kueue's positionInClusterQueue + 1).")
+    queue_waiting = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Workloads pending in that ClusterQueue then (empty: only the head was read).")
+    local_queue_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="1-based position in its LocalQueue (Kueue's positionInLocalQueue + 1).")
+    position_cluster_queue = models.CharField(max_length=253, blank=True,
+                                              help_text="The ClusterQueue the position was read from.")
+    position_observed_at = models.DateTimeField(null=True, blank=True,
+                                                help_text="When Kueue's visibility API gave the position.")
+
+    NOT_SYNCED_FIELDS = ("queue_position", "queue_waiting", "local_queue_position", "position_cluster_queue",
+                         "position_observed_at")
 
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("workload")

@@ -191,6 +191,9 @@ class KubeObject(models.Model):
     objects = KubeObjectQuerySet.as_manager()
     # Which column holds the namespace that tenant scoping filters on (None: a cluster-scoped kind).
     SCOPE_FIELD: str | None = "namespace"
+    # Columns the portal writes from elsewhere than the object (Kueue's queue positions): the sync's upsert leaves
+    # them as they are.
+    NOT_SYNCED_FIELDS: tuple[str, ...] = ()
 
     class Meta:
         abstract = True

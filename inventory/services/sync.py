@@ -106,7 +106,7 @@ def sync_state_for(*, cluster_id: int, kind: str) -> SyncState:
 
 
 @contextmanager
-def _fenced(state_id: int, token: int, *, cmdb_cluster_id: int | None = None) -> Iterator[None]:
+def fenced(state_id: int, token: int, *, cmdb_cluster_id: int | None = None) -> Iterator[None]:
     """A transaction that proceeds only while `token` is the newest fencing token that wrote for this state.
 
     `cmdb_cluster_id`: the transaction may write that cluster's nodes or devices (and their change-feed events), so
@@ -167,7 +167,8 @@ def _nodes_tracked(kind: str, cluster_id: int, rows: Iterable[KubeObject]) -> Ab
 
 
 def _update_fields(model: type[KubeObject], *, with_list_id: bool) -> list[str]:
-    names = [f.name for f in model._meta.concrete_fields if f.name not in _BASE_COLUMNS]
+    names = [f.name for f in model._meta.concrete_fields
+             if f.name not in _BASE_COLUMNS and f.name not in model.NOT_SYNCED_FIELDS]
     return [*names, "list_id"] if with_list_id else names
 
 
@@ -218,7 +219,7 @@ def kind_list(
     page_size = page_size or settings.PORTAL_LIST_PAGE_SIZE
     started = time.monotonic()
     result = ListResult(kind=kind)
-    with _fenced(lease.state_id, lease.token):
+    with fenced(lease.state_id, lease.token):
         SyncState.objects.filter(pk=lease.state_id).update(
             list_id=F("list_id") + 1, phase=SyncState.Phase.LISTING, listed_count=0, list_total=None,
             last_list_started_at=timezone.now(),
@@ -231,7 +232,7 @@ def kind_list(
         page = client.list_page(ref, limit=page_size, continue_token=token)  # I/O outside any transaction
         rows, problems = _rows(model, cluster_id, kind, page.items, ref=ref, list_id=list_id, deleted_at=None)
         cmdb = cluster_id if _writes_cmdb(kind, derive=False) else None
-        with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), \
+        with lease.renewing(), fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb), \
                 _nodes_tracked(kind, cluster_id, rows):
             _upsert(model, rows, with_list_id=True)
             SyncIssue.objects.bulk_create(problems)
@@ -254,7 +255,7 @@ def kind_list(
     cmdb = cluster_id if _writes_cmdb(kind, derive=derive) else None
     # Waiting for the cluster's change lock behind other kinds' derivations, tombstoning and deriving take seconds on a
     # big cluster: longer than a lease unless renewed meanwhile.
-    with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
+    with lease.renewing(), fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         vanished = model.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True).exclude(list_id=list_id)
         gone = list(vanished.only("name")) if kind == "nodes" else []
         with _nodes_tracked(kind, cluster_id, gone):
@@ -284,7 +285,7 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
     resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
     cmdb = cluster_id if _writes_cmdb(kind, derive=True) else None
-    with lease.renewing(), _fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
+    with lease.renewing(), fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         scope = Scope()
         if kind in SCOPE_COLUMNS and (live or gone):
             columns = SCOPE_COLUMNS[kind]

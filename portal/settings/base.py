@@ -214,7 +214,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=300
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=360)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Webhook deliveries get their own queue so slow endpoints never hold the sync's workers (docs/changes-webhooks.md).
+# The queue position reads run beside the watchers: the `watch` workers hold the reader role (docs/deploy.md).
 CELERY_TASK_ROUTES = {"inventory.watch_window": {"queue": "watch"},
+                      "inventory.queue_positions_sync": {"queue": "watch"},
                       "integrations.webhook_deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Every worker also consumes its own direct queue: its heartbeat task goes there (portal/heartbeat.py).
@@ -249,6 +251,9 @@ CELERY_BEAT_SCHEDULE = {
                                 "schedule": env.float("PORTAL_ACCESS_RECONCILE_SECONDS", default=10.0)},
     # CMDB change feed retention, and webhooks: dispatch new events every few seconds (docs/changes-webhooks.md).
     "inventory-change-events-prune": {"task": "inventory.change_events_prune", "schedule": 86400.0},
+    # Kueue's queue positions from its visibility API, per cluster serving Kueue (docs/queues.md).
+    "inventory-queue-positions": {"task": "inventory.queue_positions_due",
+                                  "schedule": env.float("PORTAL_QUEUE_POSITIONS_SECONDS", default=30.0)},
     "integrations-webhooks-dispatch": {"task": "integrations.webhooks_dispatch",
                                        "schedule": env.float("PORTAL_WEBHOOK_DISPATCH_SECONDS", default=5.0)},
     "integrations-webhook-deliveries-prune": {"task": "integrations.webhook_deliveries_prune", "schedule": 86400.0},
@@ -285,6 +290,9 @@ PORTAL_LIST_PAGE_SIZE = env.int("PORTAL_LIST_PAGE_SIZE", default=500)
 # PORTAL_UNSERVED_RECHECK_SECONDS by the watcher of a kind the cluster does not serve (docs/clusters.md).
 PORTAL_DISCOVERY_SECONDS = env.int("PORTAL_DISCOVERY_SECONDS", default=300)
 PORTAL_UNSERVED_RECHECK_SECONDS = env.float("PORTAL_UNSERVED_RECHECK_SECONDS", default=60.0)
+# A queue position read from Kueue's visibility API is shown as Kueue's for this long after it was read; after that
+# (or where the API is not served) the pending page shows the portal's estimate, labelled as such (docs/queues.md).
+PORTAL_QUEUE_POSITION_FRESH_SECONDS = env.int("PORTAL_QUEUE_POSITION_FRESH_SECONDS", default=120)
 # Safety net: every (cluster, kind) is listed in full again about this often (each kind staggered between 0.75x and
 # 1.25x) even when its watch looks healthy; 0 = never. Anything the watch missed is tombstoned or corrected.
 PORTAL_SYNC_RELIST_SECONDS = env.int("PORTAL_SYNC_RELIST_SECONDS", default=6 * 3600)

@@ -18,6 +18,7 @@ from django.conf import settings
 from kubernetes import client as k8s
 
 from inventory.k8s.types import DRY_RUN_KINDS, KINDS, PORTAL_SYSTEM_NAMESPACE, WRITE_KINDS, KindRef
+from inventory.k8s.visibility import PENDING_WORKLOADS, VISIBILITY_GROUP
 
 from .conftest import (
     NAMESPACE,
@@ -443,8 +444,9 @@ def _list_path(kind: KindRef) -> str:
 
 
 def required_reader() -> set[Perm]:
-    """The sync lists and watches (the same client method, `watch=True`) every kind in KINDS; nothing else."""
-    perms: set[Perm] = set()
+    """The sync lists and watches (the same client method, `watch=True`) every kind in KINDS, and reads Kueue's
+    queue positions (GET of a ClusterQueue's pendingworkloads, inventory/k8s/visibility.py); nothing else."""
+    perms: set[Perm] = {("*", VISIBILITY_GROUP, PENDING_WORKLOADS, "get", "*")}
     for kind in KINDS.values():
         path = _list_path(kind)
         group = "" if path.startswith("/api/") else path.split("/")[2]
