@@ -151,7 +151,7 @@ def world() -> dict[str, Any]:
         "audit:event_detail": AuditEvent.objects.order_by("id").values_list("pk", flat=True).first(),
         "apitokens:token_revoke": token.token.pk,
         "portal-api:tenant-detail": tenant_b.slug, "portal-api:tenant-members": tenant_b.slug,
-        "portal-api:tenant-namespaces": tenant_b.slug,
+        "portal-api:tenant-namespaces": tenant_b.slug, "portal-api:tenant-quota-target": tenant_b.slug,
         "portal-api:quota-request": quota.pk, "portal-api:quota-state": QuotaNamespaceState.objects.get().pk,
         "portal-api:access-request": access.pk, "portal-api:grant": grant.pk, "portal-api:violation": violation.pk,
         "catalog-api:offering": offering.pk, "inventory-api:cluster": cluster.pk, "inventory-api:node": node.pk,
@@ -306,7 +306,7 @@ EXPECTED: dict[str, dict[str, int]] = {
         "tenant-detail", "quota-request-detail", "quota-state-detail", "access-request-detail", "grant-detail",
         "violation-detail")},
     **{f"portal-api:{name}": api(**{"*": POST_ONLY, "admin": POST_ONLY}) for name in (
-        "tenant-members", "tenant-namespaces", "quota-request-approve", "quota-request-deny", "quota-request-reduce",
+        "tenant-members", "tenant-namespaces", "tenant-quota-target", "quota-request-approve", "quota-request-deny", "quota-request-reduce",
         "quota-request-retry", "quota-request-submit", "quota-request-withdraw", "access-request-approve", "access-request-deny",
         "access-request-withdraw", "access-request-break-glass", "grant-revoke")},
     # Chargeback: everyone (their own tenants'), tokens need chargeback:read; ?window= is required.

@@ -71,6 +71,8 @@ class ClusterClient(Protocol):
 
     def create_dry_run(self, document: dict[str, Any]) -> DryRunResult: ...
 
+    def get(self, api_version: str, kind: str, *, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def apply(self, document: dict[str, Any], *, field_manager: str, force: bool = False) -> ApplyResult: ...
 
     def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str = "") -> bool: ...
@@ -493,6 +495,23 @@ class KubernetesClusterClient:
             return ApplyResult(True, status, object=data)
         return ApplyResult(False, status, conflict=status == 409,
                            message=str(data.get("message") or _status_message(body))[:2000])
+
+    def get(self, api_version: str, kind: str, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object of a kind the portal writes, as the server has it now (None: not found). Read just before a
+        write whose document must carry the whole of an atomic list (a ClusterQueue's resourceGroups), so that the
+        write is made against the live object and guarded by its resourceVersion."""
+        try:
+            path = object_path(api_version, kind, namespace, name)
+        except ValueError as exc:
+            raise ClusterRequestError(str(exc)) from None
+        status, raw = self._send("GET", path, f"get {kind.lower()}", query=[], body=None,
+                                 content_type="application/json")
+        if status == 404:
+            return None
+        data = _json_object(raw)
+        if not 200 <= status < 300 or data.get("kind") != kind:
+            raise ClusterRequestError(f"get {kind.lower()} {name}: HTTP {status} {_status_message(raw)}", status=status)
+        return data
 
     def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str = "") -> bool:
         """Delete one object; with `uid`, only that incarnation (a precondition: a recreated object of the same name

@@ -126,6 +126,9 @@ WRITE_KINDS: dict[tuple[str, str], tuple[str, str, bool]] = {
         ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
         ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
+    # Kueue's ClusterQueue at either served version: quota requests that target its nominal quota
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
+    ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): ("/apis/kueue.x-k8s.io/v1beta1", "clusterqueues", False),
 }
 
 

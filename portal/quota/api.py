@@ -49,7 +49,8 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaRequest
-        fields = ["id", "tenant", "cluster", "namespace", "offering", "units", "ends_at", "justification",
+        fields = ["id", "tenant", "cluster", "namespace", "offering", "units", "target", "cluster_queue", "flavor",
+                  "resource", "ends_at", "justification",
                   "requested_by", "state", "approvals_required", "decisions", "apply_error", "apply_attempts",
                   "applied_hard", "context", "created_at", "updated_at"]
         read_only_fields = fields
@@ -66,6 +67,11 @@ class QuotaRequestInputSerializer(serializers.Serializer):
     namespace = serializers.CharField(max_length=63)
     offering = SlugRelatedField(slug_field="slug", queryset=Offering.objects.all())
     units = serializers.IntegerField(min_value=1, max_value=10_000)
+    cluster_queue = serializers.CharField(max_length=253, required=False, allow_blank=True, default="",
+                                          help_text="Tenants whose quota lives in Kueue: the ClusterQueue to raise "
+                                                    "(needed only when several can take the offering).")
+    flavor = serializers.CharField(max_length=253, required=False, allow_blank=True, default="",
+                                   help_text="With cluster_queue: the ResourceFlavor whose nominal quota rises.")
     ends_at = serializers.DateTimeField(required=False, allow_null=True)
     justification = serializers.CharField(max_length=4000)
     submit = serializers.BooleanField(default=True)
@@ -106,7 +112,8 @@ class QuotaRequestViewSet(PortalExceptionHandlerMixin, mixins.CreateModelMixin, 
         created = quota_request_create(
             actor=request.user, cluster_id=values["cluster"].pk, namespace=values["namespace"],
             offering_id=values["offering"].pk, units=values["units"], ends_at=values.get("ends_at"),
-            justification=values["justification"], submit=values["submit"])
+            justification=values["justification"], submit=values["submit"], cluster_queue=values["cluster_queue"],
+            flavor=values["flavor"])
         return Response(self.get_serializer(self.get_queryset().get(pk=created.pk)).data,
                         status=status.HTTP_201_CREATED)
 

@@ -7,15 +7,22 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.models import User
+from django.db.models import Q
 
 from catalog.models import Offering, OfferingCapacity
+from inventory.k8s.semantics import is_extended_resource
+from inventory.k8s.semantics.kueue import quotas_from_json
+from inventory.models import ClusterQueue, LocalQueue
 from portal.quota.services import MAX_UNITS, desired_hards, granted_units
-from portal.tenancy.models import TenantMembership, TenantNamespace
+from portal.tenancy.models import QuotaTarget, TenantMembership, TenantNamespace
 
 
 class QuotaRequestForm(forms.Form):
     target = forms.ChoiceField(label="Namespace")
     offering = forms.ModelChoiceField(queryset=Offering.objects.browsable().order_by("name"), to_field_name="slug")
+    queue = forms.ChoiceField(required=False, label="Kueue ClusterQueue / flavor",
+                              help_text="Teams whose quota lives in Kueue: the nominal quota that rises. Automatic "
+                                        "when only one ClusterQueue and flavor can take the offering.")
     units = forms.IntegerField(min_value=1, max_value=MAX_UNITS, label="Increase by (units)",
                                help_text="Added to what the namespace is granted now.")
     ends_at = forms.DateTimeField(required=False, label="Until (empty: open-ended)",
@@ -29,9 +36,14 @@ class QuotaRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         led = list(TenantNamespace.objects.filter(
             tenant__memberships__user=user, tenant__memberships__role=TenantMembership.Role.LEAD
-        ).select_related("cluster").order_by("cluster__name", "namespace"))
+        ).select_related("cluster", "tenant").order_by("cluster__name", "namespace"))
         cast(forms.ChoiceField, self.fields["target"]).choices = [(f"{tn.cluster_id}/{tn.namespace}", f"{tn.cluster.name} / {tn.namespace}")
                                          for tn in led]
+        cells = _queue_cells([tn for tn in led if tn.tenant.quota_target == QuotaTarget.CLUSTER_QUEUE])
+        if cells:
+            cast(forms.ChoiceField, self.fields["queue"]).choices = [("", "automatic"), *cells]
+        else:
+            del self.fields["queue"]
         offerings = cast("forms.ModelChoiceField[Offering]", self.fields["offering"]).queryset
         self.figures = _figures(led, list(offerings) if offerings is not None else [])
         self.figures_json = json.dumps(self.figures)  # read by portal.js (a data attribute: no inline script)
@@ -49,6 +61,24 @@ class QuotaRequestForm(forms.Form):
                                             f"{offering.name} in this cluster: tick this and say why in the "
                                             "justification, or ask for fewer.")
         return values
+
+
+def _queue_cells(led: list[TenantNamespace]) -> list[tuple[str, str]]:
+    """(value "clusterqueue|flavor", label) for every accelerator cell of the ClusterQueues the namespaces feed."""
+    if not led:
+        return []
+    condition = Q(pk__in=[])
+    for tn in led:
+        condition |= Q(cluster_id=tn.cluster_id, namespace=tn.namespace)
+    names = {(c, q) for c, q in LocalQueue.objects.live().filter(condition).values_list("cluster_id", "cluster_queue")}
+    cells: dict[str, str] = {}
+    for queue in ClusterQueue.objects.live().filter(cluster_id__in={c for c, _ in names}).order_by("name"):
+        if (queue.cluster_id, queue.name) not in names:
+            continue
+        for cell in quotas_from_json(queue.quotas):
+            if is_extended_resource(cell.resource):
+                cells[f"{queue.name}|{cell.flavor}"] = f"{queue.name} / {cell.flavor}"
+    return sorted(cells.items())
 
 
 def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str, dict[str, int]]:

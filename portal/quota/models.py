@@ -3,6 +3,7 @@ their decisions, and per namespace the quota the cluster carries against the gra
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Self
 
 from django.conf import settings
@@ -10,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 
 from inventory.models import Cluster
-from portal.tenancy.models import Tenant, TenantNamespace, sees_all_tenants
+from portal.tenancy.models import QuotaTarget, Tenant, TenantNamespace, sees_all_tenants
 
 
 class QuotaPolicy(models.Model):
@@ -94,6 +95,12 @@ class QuotaRequest(models.Model):
     namespace = models.CharField(max_length=63)
     offering = models.ForeignKey("catalog.Offering", on_delete=models.PROTECT, related_name="+")
     units = models.PositiveIntegerField()
+    target = models.CharField(max_length=16, choices=QuotaTarget.choices, default=QuotaTarget.RESOURCE_QUOTA,
+                              help_text="What the grant raises: the namespace's ResourceQuotas, or a ClusterQueue's "
+                                        "nominal quota for one flavor and resource (fixed when the request is made).")
+    cluster_queue = models.CharField(max_length=253, blank=True)
+    flavor = models.CharField(max_length=253, blank=True)
+    resource = models.CharField(max_length=253, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
     justification = models.TextField()
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -111,10 +118,21 @@ class QuotaRequest(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["cluster", "namespace", "state"], name="portal_quotareq_ns_state")]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(target=QuotaTarget.RESOURCE_QUOTA, cluster_queue="", flavor="", resource="")
+            | models.Q(target=QuotaTarget.CLUSTER_QUEUE) & ~models.Q(cluster_queue="") & ~models.Q(flavor="")
+            & ~models.Q(resource=""),
+            name="portal_quotareq_target_fields")]
 
     def __str__(self) -> str:
         # what the audit log shows for the object (target_repr): names, not database ids
-        return f"Quota request #{self.pk}: {self.units} \u00d7 {self.offering.name} in {self.namespace} ({self.state})"
+        where = (f"{self.namespace} via ClusterQueue {self.cluster_queue}" if self.target == QuotaTarget.CLUSTER_QUEUE
+                 else self.namespace)
+        return f"Quota request #{self.pk}: {self.units} \u00d7 {self.offering.name} in {where} ({self.state})"
+
+    @property
+    def on_cluster_queue(self) -> bool:
+        return self.target == QuotaTarget.CLUSTER_QUEUE
 
 
 # Groups of request states, each defined once (services, selectors, views and the API use these, never strings).
@@ -127,6 +145,11 @@ PENDING = (QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED, QuotaRequest.
 # unlike PENDING it leaves out drafts and failed applies).
 ON_THE_WAY = (QuotaRequest.State.SUBMITTED, QuotaRequest.State.APPROVED, QuotaRequest.State.APPLYING)
 WITHDRAWABLE = (QuotaRequest.State.DRAFT, QuotaRequest.State.SUBMITTED)
+
+
+def unexpired(now: datetime) -> models.Q:
+    """Requests whose period has not ended (open-ended ones never end)."""
+    return models.Q(ends_at__isnull=True) | models.Q(ends_at__gt=now)
 
 
 class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
@@ -178,6 +201,35 @@ class QuotaNamespaceState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace} quota ({self.status})"
+
+
+class ClusterQueueQuotaState(models.Model):
+    """A Kueue ClusterQueue's nominal quota as the cluster carries it against what the portal granted: per
+    "flavor/resource" cell the nominal quota before the portal managed it (`baselines`, recorded once), the granted
+    units of unexpired requests (`desired`) and the increase the sync shows (`observed`). Kept by the confirm beat
+    like the namespaces' state (portal/quota/kueue.py)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    cluster_queue = models.CharField(max_length=253)
+    status = models.CharField(max_length=10, choices=QuotaNamespaceState.Status.choices,
+                              default=QuotaNamespaceState.Status.APPLYING)
+    desired = models.JSONField(default=dict, blank=True, help_text="Granted, unexpired units per flavor/resource.")
+    observed = models.JSONField(default=dict, blank=True,
+                                help_text="Per flavor/resource, the nominal quota the sync shows minus the baseline.")
+    baselines = models.JSONField(default=dict, blank=True,
+                                 help_text="Per flavor/resource, the nominal quota before the portal managed it.")
+    last_error = models.TextField(blank=True)
+    failures = models.PositiveIntegerField(default=0, help_text="Consecutive failed applies (backoff).")
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    drift_since = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "cluster_queue"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "cluster_queue"], name="portal_cqquota_unique")]
+
+    def __str__(self) -> str:
+        return f"ClusterQueue {self.cluster_queue} quota ({self.status})"
 
 
 class QuotaDecision(models.Model):

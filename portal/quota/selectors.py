@@ -5,17 +5,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q
 
 from catalog.models import Offering, OfferingCapacity
-from inventory.k8s.semantics import effective_limits, parse_quantity, quota_scope_text
-from inventory.models import ResourceQuota
-from portal.quota.models import ON_THE_WAY, PENDING, QuotaRequest
+from inventory.k8s.semantics import (
+    effective_limits,
+    format_quantity,
+    is_extended_resource,
+    parse_quantity,
+    quota_scope_text,
+)
+from inventory.k8s.semantics.kueue import quotas_from_json, usage_from_json
+from inventory.models import ClusterQueue, LocalQueue, ResourceQuota
+from portal.quota.kueue import target_for_request
+from portal.quota.models import ON_THE_WAY, PENDING, ClusterQueueQuotaState, QuotaRequest
 from portal.quota.services import quota_keys, recent_increases
-from portal.tenancy.models import TenantNamespace
+from portal.tenancy.models import QuotaTarget, TenantNamespace
 
 # The pod the quota pages speak for: requests cpu (NotBestEffort), no priority class, no activeDeadlineSeconds. A
 # quota scoped to other pods is listed with its scope but does not set the namespace's effective limit.
@@ -67,6 +76,56 @@ def quota_rows(user: User | AnonymousUser) -> list[dict[str, Any]]:
                              "binding_quota": effective.binding.quota if effective else "", "binds": binds,
                              "pending_units": pending.get((tn.cluster_id, tn.namespace, key), 0)})
     return rows
+
+
+def queue_rows(user: User | AnonymousUser) -> list[dict[str, Any]]:
+    """The Kueue side of the quota page: per ClusterQueue fed by a LocalQueue of the user's namespaces and per
+    accelerator resource cell, the nominal quota, use, borrowing and lending limits, and units on the way."""
+    owned = list(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace"))
+    if not owned:
+        return []
+    condition = Q(pk__in=[])
+    for cluster_id, namespace in owned:
+        condition |= Q(cluster_id=cluster_id, namespace=namespace)
+    feeders: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for cluster_id, namespace, name, target in LocalQueue.objects.live().filter(condition).order_by(
+            "namespace", "name").values_list("cluster_id", "namespace", "name", "cluster_queue"):
+        feeders[(cluster_id, target)].append(f"{namespace}/{name}")
+    if not feeders:
+        return []
+    pending: dict[tuple[int, str, str, str], int] = defaultdict(int)
+    for cluster_id, queue, flavor, resource, units in QuotaRequest.objects.filter(
+            state__in=ON_THE_WAY, target=QuotaTarget.CLUSTER_QUEUE).values_list(
+            "cluster_id", "cluster_queue", "flavor", "resource", "units"):
+        pending[(cluster_id, queue, flavor, resource)] += units
+    queues = Q(pk__in=[])
+    for cluster_id, name in feeders:
+        queues |= Q(cluster_id=cluster_id, name=name)
+    rows: list[dict[str, Any]] = []
+    for queue in ClusterQueue.objects.live().filter(queues).select_related("cluster").order_by("cluster__name", "name"):
+        usage = usage_from_json(queue.usage)
+        for cell in quotas_from_json(queue.quotas):
+            if not is_extended_resource(cell.resource):
+                continue
+            rows.append({"cluster": queue.cluster.name, "cluster_queue": queue.name, "cohort": queue.cohort,
+                         "flavor": cell.flavor, "resource": cell.resource, "nominal": format_quantity(cell.nominal),
+                         "used": format_quantity(usage.get((cell.flavor, cell.resource), Fraction(0))),
+                         "borrowing_limit": None if cell.borrowing_limit is None
+                         else format_quantity(cell.borrowing_limit),
+                         "lending_limit": None if cell.lending_limit is None else format_quantity(cell.lending_limit),
+                         "local_queues": feeders[(queue.cluster_id, queue.name)],
+                         "pending_units": pending.get((queue.cluster_id, queue.name, cell.flavor, cell.resource), 0)})
+    return rows
+
+
+def queue_states(queues: set[tuple[str, str]]) -> list[ClusterQueueQuotaState]:
+    """The portal's grant state of these (cluster name, ClusterQueue) pairs (those `queue_rows` shows)."""
+    if not queues:
+        return []
+    condition = Q(pk__in=[])
+    for cluster, name in queues:
+        condition |= Q(cluster__name=cluster, cluster_queue=name)
+    return list(ClusterQueueQuotaState.objects.filter(condition).select_related("cluster"))
 
 
 def _entries(quotas: Any) -> list[dict[str, Any]]:
@@ -130,4 +189,17 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
             "offering_free_units": free or 0, "granted_in_cluster": granted_now, "granted_after": granted_after,
             "physical_capacity": physical, "capacity_computed_at": capacity["computed_at"],
             "oversubscription": round(granted_after / physical, 3) if physical else None}
+        if request.on_cluster_queue:
+            out[request.pk]["cluster_queue"] = _queue_context(request, pending)
     return out
+
+
+def _queue_context(request: QuotaRequest, pending: bool) -> dict[str, Any] | None:
+    """For a request on a ClusterQueue: the cell as the sync shows it (nominal quota, borrowing and lending limits,
+    cohort, use, the LocalQueues feeding it) and the nominal quota after the request; None when the queue or the
+    cell is gone."""
+    target = target_for_request(request)
+    if target is None:
+        return None
+    after = target.nominal + (request.units if pending else 0)
+    return {**target.to_json(), "nominal_after": format_quantity(after)}

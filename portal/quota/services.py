@@ -43,6 +43,7 @@ from inventory.k8s.semantics import as_dict, format_quantity, is_extended_resour
 from inventory.models import DeviceClass, ResourceQuota
 from portal.notifications.selectors import approvers
 from portal.notifications.services import notify
+from portal.quota.kueue import QueueTargetError, enqueue_queue, queue_shows, queues_reconcile, resolve_target
 from portal.quota.models import (
     DEFAULT_APPROVALS,
     DEFAULT_APPROVALS_ABOVE,
@@ -55,8 +56,9 @@ from portal.quota.models import (
     QuotaOwnership,
     QuotaPolicy,
     QuotaRequest,
+    unexpired,
 )
-from portal.tenancy.models import TenantMembership, TenantNamespace
+from portal.tenancy.models import QuotaTarget, TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
 
 if TYPE_CHECKING:
@@ -71,11 +73,6 @@ RETRY_AFTER = dt.timedelta(minutes=2)
 MAX_BACKOFF = dt.timedelta(hours=1)
 State = QuotaRequest.State
 NamespaceStatus = QuotaNamespaceState.Status
-
-
-def unexpired(now: dt.datetime) -> Q:
-    """Requests whose period has not ended (open-ended ones never end)."""
-    return Q(ends_at__isnull=True) | Q(ends_at__gt=now)
 
 
 class QuotaRequestError(PortalError):
@@ -122,8 +119,8 @@ def desired_hards(targets: Iterable[tuple[int, str]], *, now: dt.datetime | None
     for cluster_id, namespace in wanted:
         condition |= Q(cluster_id=cluster_id, namespace=namespace)
     keys: dict[tuple[int, int], list[str]] = {}  # per (cluster, offering): one DeviceClass lookup
-    for request in QuotaRequest.objects.filter(condition, unexpired(now or timezone.now()),
-                                               state__in=GRANTED).select_related("offering"):
+    for request in QuotaRequest.objects.filter(condition, unexpired(now or timezone.now()), state__in=GRANTED,
+                                               target=QuotaTarget.RESOURCE_QUOTA).select_related("offering"):
         target = (request.cluster_id, request.namespace)
         if (request.cluster_id, request.offering_id) not in keys:
             keys[(request.cluster_id, request.offering_id)] = quota_keys(
@@ -144,7 +141,8 @@ def managed_keys(cluster_id: int, namespace: str) -> set[str]:
     """Every quota key the portal has granted in the namespace (live or ended): the keys it owns there."""
     keys: set[str] = set()
     offerings = Offering.objects.filter(pk__in=QuotaRequest.objects.filter(
-        cluster_id=cluster_id, namespace=namespace, state__in=(*GRANTED, State.EXPIRED)).values("offering_id"))
+        cluster_id=cluster_id, namespace=namespace, target=QuotaTarget.RESOURCE_QUOTA,
+        state__in=(*GRANTED, State.EXPIRED)).values("offering_id"))
     for offering in offerings:
         keys.update(quota_keys(offering, extended_resource_name=_extended_name(cluster_id, offering)))
     return keys
@@ -197,15 +195,22 @@ def _locked(request_id: int) -> QuotaRequest:
 
 
 def _snapshot(request: QuotaRequest) -> dict[str, Any]:
-    return {"state": request.state, "units": request.units, "namespace": request.namespace,
-            "offering": request.offering.slug, "ends_at": request.ends_at.isoformat() if request.ends_at else None}
+    snapshot = {"state": request.state, "units": request.units, "namespace": request.namespace,
+                "offering": request.offering.slug, "ends_at": request.ends_at.isoformat() if request.ends_at else None}
+    if request.on_cluster_queue:
+        snapshot.update(cluster_queue=request.cluster_queue, flavor=request.flavor, resource=request.resource)
+    return snapshot
 
 
 @transaction.atomic(durable=True)
 def quota_request_create(*, actor: User, cluster_id: int, namespace: str, offering_id: int, units: int,
-                         justification: str, ends_at: dt.datetime | None = None, submit: bool = True) -> QuotaRequest:
-    """A tenant lead asks for units of an offering in one of their tenant's namespaces."""
-    owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).select_related("tenant").first()
+                         justification: str, ends_at: dt.datetime | None = None, submit: bool = True,
+                         cluster_queue: str = "", flavor: str = "") -> QuotaRequest:
+    """A tenant lead asks for units of an offering in one of their tenant's namespaces. Where the tenant's quota
+    lives in Kueue (`Tenant.quota_target`), the request targets one ClusterQueue cell (portal/quota/kueue.py):
+    the only one its LocalQueues and the offering's flavors allow, or the one named by `cluster_queue`/`flavor`."""
+    owner = TenantNamespace.objects.filter(cluster_id=cluster_id, namespace=namespace).select_related(
+        "tenant", "cluster").first()
     if owner is None:
         raise QuotaRequestError(f"Namespace {namespace!r} belongs to no tenant in this cluster.")
     if not TenantMembership.objects.filter(tenant=owner.tenant, user=actor, role=TenantMembership.Role.LEAD).exists():
@@ -220,12 +225,23 @@ def quota_request_create(*, actor: User, cluster_id: int, namespace: str, offeri
         raise QuotaRequestError("The end of the period must be in the future.")
     if not (justification or "").strip():
         raise QuotaRequestError("A justification is required.")
+    target: dict[str, str] = {"target": QuotaTarget.RESOURCE_QUOTA}
+    if owner.tenant.quota_target == QuotaTarget.CLUSTER_QUEUE:
+        try:
+            cell = resolve_target(owner.cluster, namespace, offering, cluster_queue=cluster_queue, flavor=flavor)
+        except QueueTargetError as exc:
+            raise QuotaRequestError(str(exc)) from None
+        target = {"target": QuotaTarget.CLUSTER_QUEUE, "cluster_queue": cell.cluster_queue, "flavor": cell.flavor,
+                  "resource": cell.resource}
+    elif cluster_queue or flavor:
+        raise QuotaRequestError(f"{owner.tenant.name}'s quota is granted in ResourceQuotas, not in Kueue "
+                                "ClusterQueues: leave the ClusterQueue and flavor out.")
     # Serialise requests of one namespace so that two at once cannot both stay under the threshold.
     TenantNamespace.objects.select_for_update().filter(pk=owner.pk).first()
     earlier = recent_increase(cluster_id=cluster_id, namespace=namespace, offering=offering)
     request = QuotaRequest.objects.create(
         tenant=owner.tenant, cluster_id=cluster_id, namespace=namespace, offering=offering, units=units,
-        ends_at=ends_at, justification=justification.strip()[:4000], requested_by=actor,
+        ends_at=ends_at, justification=justification.strip()[:4000], requested_by=actor, **target,
         state=State.SUBMITTED if submit else State.DRAFT,
         approvals_required=approvals_required(offering, units, earlier_units=earlier),
     )
@@ -329,7 +345,25 @@ def quota_request_decide(*, actor: User, request_id: int, approve: bool, comment
 
 
 def _enqueue_apply(request: QuotaRequest) -> None:
-    _enqueue_namespace(request.cluster_id, request.namespace)
+    _enqueue_scope(_scope(request))
+
+
+# What one apply writes: a namespace's ResourceQuotas, or a ClusterQueue's nominal quota.
+Scope = tuple[str, int, str]
+
+
+def _scope(request: QuotaRequest) -> Scope:
+    if request.on_cluster_queue:
+        return (QuotaTarget.CLUSTER_QUEUE, request.cluster_id, request.cluster_queue)
+    return (QuotaTarget.RESOURCE_QUOTA, request.cluster_id, request.namespace)
+
+
+def _enqueue_scope(scope: Scope) -> None:
+    target, cluster_id, name = scope
+    if target == QuotaTarget.CLUSTER_QUEUE:
+        enqueue_queue(cluster_id, name)
+    else:
+        _enqueue_namespace(cluster_id, name)
 
 
 @transaction.atomic(durable=True)
@@ -511,8 +545,8 @@ def _record_apply(cluster_id: int, namespace: str, hard: dict[str, str], outcome
                   objects: list[dict[str, Any]] | None = None) -> None:
     now = timezone.now()
     requests = list(QuotaRequest.objects.select_for_update().filter(
-        cluster_id=cluster_id, namespace=namespace, state__in=(State.APPLYING, State.FAILED)
-    ).select_related("requested_by"))
+        cluster_id=cluster_id, namespace=namespace, target=QuotaTarget.RESOURCE_QUOTA,
+        state__in=(State.APPLYING, State.FAILED)).select_related("requested_by"))
     reviewers = approvers() if outcome != "applied" and requests else []
     for request in requests:
         request.apply_attempts += 1
@@ -610,7 +644,7 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
     then every managed namespace is compared with the cluster (`quota_namespaces_reconcile`). Idempotent."""
     now = now or timezone.now()
     counts = {"activated": 0, "expired": 0, "reenqueued": 0}
-    enqueue: set[tuple[int, str]] = set()
+    enqueue: set[Scope] = set()
     with transaction.atomic():
         for request in QuotaRequest.objects.select_for_update().filter(ends_at__lte=now).exclude(state__in=ENDED):
             before = _snapshot(request)
@@ -620,15 +654,15 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
             audit_record(actor=None, verb="quota_request.expired", target=request, before=before,
                          after=_snapshot(request), data={"was_granted": granted})
             if granted:
-                enqueue.add((request.cluster_id, request.namespace))
+                enqueue.add(_scope(request))
             counts["expired"] += 1
-    applying = QuotaRequest.objects.filter(state=State.APPLYING).values_list("pk", "cluster_id", "namespace")
-    for pk, cluster_id, namespace in applying:
+    for pk in QuotaRequest.objects.filter(state=State.APPLYING).values_list("pk", flat=True):
         with transaction.atomic():
             request = QuotaRequest.objects.select_for_update().filter(pk=pk, state=State.APPLYING).first()
             if request is None:
                 continue
-            if request.applied_hard and _quota_shows(cluster_id, namespace, now):
+            scope = _scope(request)
+            if request.applied_hard and _scope_shows(scope, now):
                 before = _snapshot(request)
                 request.state = State.ACTIVE
                 request.save(update_fields=["state", "updated_at"])
@@ -637,14 +671,24 @@ def quota_requests_confirm(*, now: dt.datetime | None = None) -> dict[str, int]:
                 _notify_requester(request, "is active in the cluster")
                 counts["activated"] += 1
             elif request.apply_attempted_at is None or now - request.apply_attempted_at > RETRY_AFTER:
-                enqueue.add((cluster_id, namespace))
+                enqueue.add(scope)
                 counts["reenqueued"] += 1
-    drifted = quota_namespaces_reconcile(now=now, skip=enqueue)
+    drifted = {(QuotaTarget.RESOURCE_QUOTA, *due) for due in quota_namespaces_reconcile(
+        now=now, skip={(c, n) for t, c, n in enqueue if t == QuotaTarget.RESOURCE_QUOTA})}
+    drifted |= {(QuotaTarget.CLUSTER_QUEUE, *due) for due in queues_reconcile(
+        now=now, skip={(c, n) for t, c, n in enqueue if t == QuotaTarget.CLUSTER_QUEUE}, backoff=_backoff)}
     with transaction.atomic():
-        for cluster_id, namespace in sorted(enqueue | drifted):
-            _enqueue_namespace(cluster_id, namespace)
+        for scope in sorted(enqueue | drifted):
+            _enqueue_scope(scope)
     counts["drift_reapplied"] = len(drifted)
     return counts
+
+
+def _scope_shows(scope: Scope, now: dt.datetime) -> bool:
+    target, cluster_id, name = scope
+    if target == QuotaTarget.CLUSTER_QUEUE:
+        return queue_shows(cluster_id, name, now=now)
+    return _quota_shows(cluster_id, name, now)
 
 
 def _enqueue_namespace(cluster_id: int, namespace: str) -> None:
@@ -670,7 +714,7 @@ def quota_namespaces_reconcile(*, now: dt.datetime | None = None,
     now = now or timezone.now()
     skip = skip or set()
     due: set[tuple[int, str]] = set()
-    scopes = set(QuotaRequest.objects.filter(state__in=(*GRANTED, State.EXPIRED))
+    scopes = set(QuotaRequest.objects.filter(state__in=(*GRANTED, State.EXPIRED), target=QuotaTarget.RESOURCE_QUOTA)
                  .values_list("cluster_id", "namespace").distinct())
     scopes |= set(QuotaNamespaceState.objects.values_list("cluster_id", "namespace"))
     for cluster_id, namespace in sorted(scopes):

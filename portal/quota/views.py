@@ -19,7 +19,7 @@ from core.errors import PortalError
 from portal.notifications.services import notifications_read
 from portal.quota.forms import QuotaRequestForm
 from portal.quota.models import WITHDRAWABLE, QuotaNamespaceState, QuotaRequest
-from portal.quota.selectors import quota_rows, request_context, request_contexts
+from portal.quota.selectors import queue_rows, queue_states, quota_rows, request_context, request_contexts
 from portal.quota.services import (
     quota_request_create,
     quota_request_decide,
@@ -41,6 +41,8 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         context["form"] = kwargs.get("form") or QuotaRequestForm(user)
         context["requests"] = QuotaRequest.objects.visible_to(user).select_related("offering", "cluster")[:50]
         context["cluster_states"] = QuotaNamespaceState.objects.visible_to(user).select_related("cluster")
+        context["queue_rows"] = queue_rows(user)
+        context["queue_states"] = queue_states({(r["cluster"], r["cluster_queue"]) for r in context["queue_rows"]})
         context["is_approver"] = user_has_role(user, Role.APPROVER) or user_has_role(user, Role.PLATFORM_ADMIN)
         return context
 
@@ -48,11 +50,13 @@ class QuotaView(LoginRequiredMixin, TemplateView):
         form = QuotaRequestForm(request.user, request.POST)
         if form.is_valid():
             cluster_id, namespace = form.cleaned_data["target"].split("/", 1)
+            queue, _, flavor = (form.cleaned_data.get("queue") or "").partition("|")
             try:
                 created = quota_request_create(
                     actor=request.user, cluster_id=int(cluster_id), namespace=namespace,
                     offering_id=form.cleaned_data["offering"].pk, units=form.cleaned_data["units"],
-                    ends_at=form.cleaned_data.get("ends_at"), justification=form.cleaned_data["justification"])
+                    ends_at=form.cleaned_data.get("ends_at"), justification=form.cleaned_data["justification"],
+                    cluster_queue=queue, flavor=flavor)
             except PortalError as exc:
                 form.add_error(None, str(exc))
             else:

@@ -16,9 +16,9 @@ from rest_framework.settings import api_settings
 from core.api.exceptions import PortalExceptionHandlerMixin
 from core.api.fields import SlugRelatedField
 from inventory.models import Cluster
-from portal.tenancy.models import Tenant, TenantMembership, TenantNamespace
+from portal.tenancy.models import QuotaTarget, Tenant, TenantMembership, TenantNamespace
 from portal.tenancy.roles import Role, user_has_role
-from portal.tenancy.services import membership_set, namespace_assign, tenant_create
+from portal.tenancy.services import membership_set, namespace_assign, tenant_create, tenant_quota_target_set
 
 
 class PlatformAdminWrites(permissions.BasePermission):
@@ -52,14 +52,18 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["id", "slug", "name", "cost_center", "members", "namespaces", "created_at"]
-        read_only_fields = ["id", "members", "namespaces", "created_at"]
+        fields = ["id", "slug", "name", "cost_center", "quota_target", "members", "namespaces", "created_at"]
+        read_only_fields = ["id", "quota_target", "members", "namespaces", "created_at"]
 
 
 class MemberInputSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     role = serializers.ChoiceField(choices=TenantMembership.Role.choices, allow_null=True,
                                    help_text="null removes the member.")
+
+
+class QuotaTargetInputSerializer(serializers.Serializer):
+    quota_target = serializers.ChoiceField(choices=QuotaTarget.choices)
 
 
 class NamespaceInputSerializer(serializers.Serializer):
@@ -95,6 +99,16 @@ class TenantViewSet(PortalExceptionHandlerMixin, viewsets.ModelViewSet):
         data = MemberInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         membership_set(actor=request.user, tenant_id=tenant.pk, **data.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=tenant.pk)).data)
+
+    @extend_schema(request=QuotaTargetInputSerializer, responses=TenantSerializer)
+    @action(detail=True, methods=["post"], url_path="quota-target")
+    def quota_target(self, request: Request, slug: str) -> Response:
+        """Where the tenant's future quota grants go: `resourcequota` or `clusterqueue` (Kueue)."""
+        tenant = self.get_object()
+        data = QuotaTargetInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant_quota_target_set(actor=request.user, tenant_id=tenant.pk, **data.validated_data)
         return Response(self.get_serializer(self.get_queryset().get(pk=tenant.pk)).data)
 
     @extend_schema(request=NamespaceInputSerializer, responses=TenantSerializer)

@@ -38,12 +38,23 @@ class TenantQuerySet(models.QuerySet["Tenant"]):
         return self.filter(memberships__user=user).distinct()
 
 
+class QuotaTarget(models.TextChoices):
+    """What a quota grant raises in the cluster."""
+
+    RESOURCE_QUOTA = "resourcequota", "ResourceQuota of the namespace"
+    CLUSTER_QUEUE = "clusterqueue", "Kueue ClusterQueue nominal quota"
+
+
 class Tenant(models.Model):
     """A team that owns namespaces and requests quota; billed to its cost center."""
 
     slug = models.SlugField(max_length=63, help_text="Also the value of the namespace label that maps namespaces.")
     name = models.CharField(max_length=120)
     cost_center = models.CharField(max_length=64, blank=True)
+    quota_target = models.CharField(
+        max_length=16, choices=QuotaTarget.choices, default=QuotaTarget.RESOURCE_QUOTA,
+        help_text="Where the tenant's quota grants go: the namespaces' ResourceQuotas, or the nominal quota of the "
+                  "Kueue ClusterQueue its LocalQueues feed (whichever the platform uses for this team).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantQuerySet.as_manager()

@@ -12,7 +12,7 @@ from audit.services import audit_record
 from core.errors import PortalError
 from inventory.k8s.semantics import is_dns_label, is_qualified_name
 from inventory.models import Cluster, Namespace
-from portal.tenancy.models import NamespaceLabelRule, Tenant, TenantMembership, TenantNamespace
+from portal.tenancy.models import NamespaceLabelRule, QuotaTarget, Tenant, TenantMembership, TenantNamespace
 
 
 class TenancyError(PortalError):
@@ -30,6 +30,23 @@ def tenant_create(*, actor: User | None, slug: str, name: str, cost_center: str 
     tenant = Tenant.objects.create(slug=slug, name=name.strip(), cost_center=(cost_center or "")[:64])
     audit_record(actor=actor, verb="tenant.created", target=tenant,
                  after={"slug": slug, "name": tenant.name, "cost_center": tenant.cost_center})
+    return tenant
+
+
+@transaction.atomic(durable=True)
+def tenant_quota_target_set(*, actor: User | None, tenant_id: int, quota_target: str) -> Tenant:
+    """Where the tenant's future quota grants go: ResourceQuotas or Kueue ClusterQueues (docs/queues.md). Requests
+    already made keep their target; idempotent."""
+    if quota_target not in QuotaTarget.values:
+        raise TenancyError(f"The quota target is one of {', '.join(QuotaTarget.values)}.")
+    tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
+    if tenant.quota_target == quota_target:
+        return tenant
+    before = tenant.quota_target
+    tenant.quota_target = quota_target
+    tenant.save(update_fields=["quota_target"])
+    audit_record(actor=actor, verb="tenant.quota_target_set", target=tenant, before={"quota_target": before},
+                 after={"quota_target": quota_target})
     return tenant
 
 

@@ -102,6 +102,8 @@ RECIPES: dict[str, Callable[[dict[str, Any]], Call]] = {
                                                 {"username": w["approver"].username, "role": "member"}),
     "v1_tenants_namespaces_create": lambda w: Call(w["admin"], "/api/v1/tenants/ml-research/namespaces/",
                                                    {"cluster": "prod", "namespace": "ml-extra"}),
+    "v1_tenants_quota_target_create": lambda w: Call(w["admin"], "/api/v1/tenants/ml-research/quota-target/",
+                                                     {"quota_target": "clusterqueue"}),
     "v1_quota_requests_create": lambda w: Call(w["lead"], "/api/v1/quota-requests/",
                                                {"cluster": "prod", "namespace": "ml-research", "offering": "h100",
                                                 "units": 2, "justification": "fine-tuning"}),

@@ -127,9 +127,11 @@ def template_labels(workload: Doc) -> dict[str, str]:
 
 
 def applied_documents(monkeypatch: pytest.MonkeyPatch, tenant: str) -> list[Doc]:
-    """Every document portal/quota/services.py and portal/enforcement/services.py server-side apply, for one tenant namespace; the
+    """Every document portal/quota/services.py, portal/quota/kueue.py and portal/enforcement/services.py server-side
+    apply, for one tenant namespace (its ClusterQueue at each Kueue version the portal writes); the
     database reads they make are replaced by fixed answers (the shapes do not depend on them)."""
     from portal.enforcement import services as enforcement
+    from portal.quota import kueue
     from portal.quota import services as quota
 
     monkeypatch.setattr(quota, "desired_hard", lambda cluster_id, namespace: {"requests.nvidia.com/gpu": "4"})
@@ -140,4 +142,6 @@ def applied_documents(monkeypatch: pytest.MonkeyPatch, tenant: str) -> list[Doc]
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     return [quota.quota_document(1, tenant), quota.quota_document(1, tenant, name=f"{tenant}-gpus", hard={}),
             enforcement.admin_namespace_document(1, tenant, now),
-            *enforcement.privileged_documents(1, now, include_policy=True)]
+            *enforcement.privileged_documents(1, now, include_policy=True),
+            *(kueue.queue_document(f"kueue.x-k8s.io/{version}", f"{tenant}-queue", [], resource_version="1")
+              for version in ("v1beta2", "v1beta1"))]

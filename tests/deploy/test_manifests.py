@@ -476,8 +476,10 @@ def test_the_cluster_calls_happen_where_the_identities_expect_them() -> None:
     """If another module starts calling the cluster, its process's RBAC has to be reviewed: this fails first."""
     adapter = "inventory/k8s/client.py"
     assert _callers(r"\.list_page\(|\.watch\(") - {adapter} == {"inventory/services/sync.py"}
-    assert _callers(r"\.apply\(\s*\w+,\s*field_manager=") == {"portal/quota/services.py", "portal/enforcement/services.py"}
+    assert _callers(r"\.apply\(\s*\w+,\s*field_manager=") == {"portal/quota/services.py", "portal/quota/kueue.py",
+                                                                "portal/enforcement/services.py"}
     assert _callers(r"client\.delete\(") == {"portal/enforcement/services.py"}
+    assert _callers(r"client\.get\(") == {"portal/quota/kueue.py"}
     assert _callers(r"\.create_dry_run\(") - {adapter} == {"catalog/services/manifests.py"}
 
 
@@ -501,8 +503,9 @@ def required_writer(monkeypatch: pytest.MonkeyPatch) -> set[Perm]:
         group, resource = _group(one["apiVersion"]), plural[key]
         perms.add((scope, group, resource, "patch", name))
         # Tenant namespaces are labelled, never created: applying a missing one must fail, not make it; the same for
-        # the quotas of other managers that a grant raises (any name).
-        if not (one["kind"] in ("Namespace", "ResourceQuota") and name == "*"):
+        # the quotas of other managers that a grant raises (any name), and for ClusterQueues (applied with the
+        # resourceVersion just read, so never a create).
+        if not (one["kind"] in ("Namespace", "ResourceQuota", "ClusterQueue") and name == "*"):
             perms.add((scope, group, resource, "create", name))
         spec = one.get("spec") or {}
         if "paramKind" in spec:  # validatingadmissionpolicy/authz.go: get on every object of the paramKind
@@ -521,6 +524,13 @@ def required_writer(monkeypatch: pytest.MonkeyPatch) -> set[Perm]:
         assert key in WRITE_KINDS
         perms.add(("*", _group(key[0]), plural[key], "delete", "*"))
     assert applied_kinds | deleted == set(WRITE_KINDS), "every kind the adapter may write is written by someone"
+    read = set()
+    for text in _app_sources().values():
+        read |= set(re.findall(r'client\.get\(\s*\w+,\s*"(\w+)"', text))
+    assert read == {"ClusterQueue"}, "a ClusterQueue is read just before its resourceGroups are applied"
+    for key in WRITE_KINDS:
+        if key[1] in read:
+            perms.add(("*", _group(key[0]), plural[key], "get", "*"))
     return perms
 
 
@@ -544,6 +554,9 @@ def test_the_writer_may_only_make_the_writes_of_the_enforcement(base: list[Doc],
     assert ("*", "", "resourcequotas", "create", "*") not in required
     assert (PORTAL_SYSTEM_NAMESPACE, "", "configmaps", "patch", "privileged-exceptions") in required
     assert ("*", "resource.k8s.io", "resourceclaims", "delete", "*") in required
+    assert ("*", "kueue.x-k8s.io", "clusterqueues", "patch", "*") in required
+    assert ("*", "kueue.x-k8s.io", "clusterqueues", "get", "*") in required
+    assert ("*", "kueue.x-k8s.io", "clusterqueues", "create", "*") not in required
 
 
 def test_the_writer_keeps_its_rights_without_the_policy_params_role(base: list[Doc],

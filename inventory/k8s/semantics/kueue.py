@@ -10,6 +10,7 @@ names the ClusterQueue and, per pod set, the flavor chosen for each resource.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -276,3 +277,22 @@ def queue_fit(queue: QueueState, demand: dict[str, Fraction], cohort: Sequence[Q
             shortfalls += tried
     return QueueFit(not uncovered and not shortfalls, chosen if not uncovered and not shortfalls else {}, uncovered,
                     tuple(shortfalls))
+
+
+def with_nominal_quotas(spec: Any, nominal: dict[tuple[str, str], Fraction],
+                        ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """A ClusterQueue spec's `resourceGroups` (a copy) with the nominal quota of the given (flavor, resource) cells
+    replaced, and the cells it does not have. Kueue declares `resourceGroups` an atomic list (server-side apply owns
+    it whole), so a writer sends the whole list: every other field of every group is kept as it is."""
+    groups = copy.deepcopy(as_list(as_dict(spec).get("resourceGroups")))
+    found: set[tuple[str, str]] = set()
+    for group in groups:
+        for flavor in as_list(as_dict(group).get("flavors")):
+            for resource in as_list(as_dict(flavor).get("resources")):
+                if not isinstance(resource, dict):
+                    continue
+                cell = (str(as_dict(flavor).get("name") or ""), str(resource.get("name") or ""))
+                if cell in nominal:
+                    resource["nominalQuota"] = format_quantity(nominal[cell])
+                    found.add(cell)
+    return groups, sorted(set(nominal) - found)
