@@ -21,7 +21,7 @@ from inventory.k8s.semantics import (
 )
 from inventory.k8s.semantics.kueue import quotas_from_json, usage_from_json
 from inventory.models import ClusterQueue, LocalQueue, ResourceQuota
-from portal.quota.kueue import target_for_request
+from portal.quota.kueue import targets_for_requests
 from portal.quota.models import ON_THE_WAY, PENDING, ClusterQueueQuotaState, QuotaRequest
 from portal.quota.services import quota_keys, recent_increases
 from portal.tenancy.models import QuotaTarget, TenantNamespace
@@ -162,6 +162,7 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
         cluster_id__in=clusters, offering_id__in={r.offering_id for r in requests}).values(
         "offering_id", "cluster_id", "quota_capacity", "free", "computed_at")}
     recent = recent_increases(requests)
+    queue_targets = targets_for_requests(requests)
     limits_cache: dict[tuple[int, str], dict[str, Any]] = {}
     out: dict[int, dict[str, Any]] = {}
     for request in requests:
@@ -190,16 +191,9 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
             "physical_capacity": physical, "capacity_computed_at": capacity["computed_at"],
             "oversubscription": round(granted_after / physical, 3) if physical else None}
         if request.on_cluster_queue:
-            out[request.pk]["cluster_queue"] = _queue_context(request, pending)
+            # the cell as the sync shows it (nominal, borrowing and lending limits, cohort, use, the LocalQueues
+            # feeding it) and the nominal quota after the request; None when the queue or the cell is gone
+            target = queue_targets.get(request.pk)
+            out[request.pk]["cluster_queue"] = None if target is None else {
+                **target.to_json(), "nominal_after": format_quantity(target.nominal + (request.units if pending else 0))}
     return out
-
-
-def _queue_context(request: QuotaRequest, pending: bool) -> dict[str, Any] | None:
-    """For a request on a ClusterQueue: the cell as the sync shows it (nominal quota, borrowing and lending limits,
-    cohort, use, the LocalQueues feeding it) and the nominal quota after the request; None when the queue or the
-    cell is gone."""
-    target = target_for_request(request)
-    if target is None:
-        return None
-    after = target.nominal + (request.units if pending else 0)
-    return {**target.to_json(), "nominal_after": format_quantity(after)}

@@ -14,7 +14,9 @@ from typing import Any
 import orjson
 import pytest
 import urllib3
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -24,6 +26,7 @@ from inventory.selectors import queued_workloads
 from inventory.services.clients import client_for
 from portal.models import ClusterQueueQuotaState, QuotaOwnership, QuotaRequest, QuotaTarget, Tenant
 from portal.quota.kueue import FIELD_MANAGER, queue_apply
+from portal.quota.selectors import request_contexts
 from portal.quota.services import (
     QuotaRequestError,
     desired_hard,
@@ -278,3 +281,15 @@ def test_the_platform_admin_sets_where_a_tenants_quota_goes(kueue, platform_admi
     assert _api(lead).post("/api/v1/tenants/team-a/quota-target/", {"quota_target": "clusterqueue"},
                            content_type="application/json").status_code == 403
     assert Tenant.objects.get(slug="team-a").quota_target == "resourcequota"
+
+
+def test_the_approvers_context_of_many_queue_requests_costs_no_query_per_request(kueue, lead) -> None:
+    _, cluster, h100 = kueue
+    first = _request(lead, h100, cluster, 1)
+    with CaptureQueriesContext(connection) as one:
+        request_contexts([first])
+    more = [first, _request(lead, h100, cluster, 2), _request(lead, h100, cluster, 3)]
+    with CaptureQueriesContext(connection) as three:
+        contexts = request_contexts(more)
+    assert len(three) == len(one)
+    assert [contexts[r.pk]["cluster_queue"]["nominal_after"] for r in more] == ["17", "18", "19"]
