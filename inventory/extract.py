@@ -16,7 +16,13 @@ import orjson
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import format_quantity, parse_quantity
-from inventory.k8s.semantics.kueue import cluster_queue_quotas, flavor_usage, workload_requests, workload_state
+from inventory.k8s.semantics.kueue import (
+    cluster_queue_quotas,
+    flavor_usage,
+    topology_levels,
+    workload_requests,
+    workload_state,
+)
 from inventory.podstatus import (
     is_accelerator_pod,
     pod_claim_names,
@@ -245,13 +251,21 @@ def _count(value: Any, issues: list[str], field: str) -> int | None:
     return number if number is None or number >= 0 else None
 
 
+def _topology(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
+    return {"levels": topology_levels(obj.get("spec"), issues)}
+
+
 def _resource_flavor(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
     spec = _dict(obj.get("spec"))
     labels = spec.get("nodeLabels")
     if labels is not None and not isinstance(labels, dict):
         issues.append("spec.nodeLabels: not a map")
+    topology = spec.get("topologyName")
+    if topology is not None and not isinstance(topology, str):
+        issues.append("spec.topologyName: not a string")
     return {"node_labels": {_str(k): _str(v, MAX_LABEL_VALUE) for k, v in _dict(labels).items()},
-            "node_taints": [t for t in _list(spec.get("nodeTaints")) if isinstance(t, dict)]}
+            "node_taints": [t for t in _list(spec.get("nodeTaints")) if isinstance(t, dict)],
+            "topology_name": _str(topology, 253)}
 
 
 def _cohort(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
@@ -309,6 +323,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any], list[str]], dict[str, Any]]] = {
     "configmaps": _nothing,
     "validatingadmissionpolicies": _nothing,
     "validatingadmissionpolicybindings": _nothing,
+    "topologies": _topology,
     "resourceflavors": _resource_flavor,
     "cohorts": _cohort,
     "clusterqueues": _cluster_queue,

@@ -19,6 +19,7 @@ MODELS: dict[str, type[models.KubeObject]] = {
     "configmaps": models.ConfigMap,
     "validatingadmissionpolicies": models.AdmissionPolicy,
     "validatingadmissionpolicybindings": models.AdmissionPolicyBinding,
+    "topologies": models.Topology,
     "resourceflavors": models.ResourceFlavor,
     "cohorts": models.Cohort,
     "clusterqueues": models.ClusterQueue,

@@ -183,6 +183,7 @@ RESOURCES: dict[str, ResourceType] = {
             ("api-extensions",),
         ),
         # Kueue (served only by profiles that install it): stored at its storage version v1beta2.
+        ResourceType("topologies", "topology", "Topology", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False),
         ResourceType("resourceflavors", "resourceflavor", "ResourceFlavor", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False,
                      ("flavor", "flavors", "rf")),
         ResourceType("cohorts", "cohort", "Cohort", KUEUE_GROUP, KUEUE_STORAGE_VERSION, False, ("co",), True),
@@ -234,6 +235,7 @@ KIND_ORDER = [
     "resourceclaims",
     "pods",
     "events",
+    "topologies",
     "resourceflavors",
     "cohorts",
     "clusterqueues",

@@ -43,12 +43,13 @@ from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import as_str as _str
 
-__all__ = ["MAX_GANG_PODS", "REQUIRED_TOPOLOGY", "GangExplanation", "GangPod", "explain_gang", "gang_pods",
-           "required_topology"]
+__all__ = ["MAX_GANG_PODS", "PREFERRED_TOPOLOGY", "REQUIRED_TOPOLOGY", "GangExplanation", "GangPod", "explain_gang",
+           "gang_pods", "preferred_topology", "required_topology"]
 
 MAX_GANG_PODS = 4096
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 _GANG_KINDS = ("Pod", "Job", "CronJob", "JobSet", "Deployment", "StatefulSet", "ReplicaSet")
 
 
@@ -219,6 +220,8 @@ class GangExplanation:
     topology: str = ""  # the node label all pods must share a value of ("" when none)
     domain: str = ""  # the value chosen (or the closest one when none holds the gang)
     domains: dict[str, int] = field(default_factory=dict)  # value → pods that domain holds now
+    preferred: str = ""  # Kueue's preferred-topology level asked for ("" when none)
+    tried: list[str] = field(default_factory=list)  # the levels tried for it, narrowest first ("" = no constraint)
 
     @property
     def largest(self) -> int:
@@ -227,6 +230,14 @@ class GangExplanation:
     def nodes_used(self) -> dict[str, int]:
         """Node → pods of the largest placeable gang on it, in first-use order."""
         return dict(Counter(node for _, node in self.placements))
+
+    def _topology_json(self) -> dict[str, Any] | None:
+        if not self.topology and not self.preferred:
+            return None
+        out: dict[str, Any] = {"key": self.topology, "domain": self.domain, "domains": dict(self.domains)}
+        if self.preferred:  # Kueue's preferred topology: the level asked for and the levels tried ("" = anywhere)
+            out |= {"preferred": self.preferred, "levels_tried": list(self.tried)}
+        return out
 
     def as_json(self, *, max_nodes: int = 50) -> dict[str, Any]:
         failure = None
@@ -244,8 +255,7 @@ class GangExplanation:
             "placements": [{"pod": pod, "node": node} for pod, node in self.placements],
             "failed_pods": list(self.failed),
             "first_failure": {"pod": self.first_failure, "explanation": failure} if self.first_failure else None,
-            "topology": {"key": self.topology, "domain": self.domain, "domains": dict(self.domains)}
-            if self.topology else None,
+            "topology": self._topology_json(),
             "hints": list(self.hints),
             "notes": list(self.notes),
         }
@@ -582,6 +592,66 @@ def _in_domains(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, topolog
     return result
 
 
+def _annotation(pods: Sequence[GangPod], key: str) -> str:
+    for member in pods:
+        value = _dict(_dict(member.pod.get("metadata")).get("annotations")).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def preferred_topology(pods: Sequence[GangPod]) -> str:
+    """Kueue's `kueue.x-k8s.io/podset-preferred-topology` on the pod template: the level where the gang would best
+    share one domain ("" when absent)."""
+    return _annotation(pods, PREFERRED_TOPOLOGY)
+
+
+def _chain(label: str, topologies: Mapping[str, Sequence[str]] | None) -> tuple[list[str], str]:
+    """The levels from `label` up to the widest (narrowest first) of the first Topology (by name) holding `label`,
+    and that Topology's name; just [label] and "" when no known Topology holds it."""
+    for name, levels in sorted((topologies or {}).items()):
+        if label in levels:
+            return list(reversed(list(levels)[: list(levels).index(label) + 1])), name
+    return [label], ""
+
+
+def _not_a_level(annotation: str, label: str, topologies: Mapping[str, Sequence[str]]) -> str:
+    known = ", ".join(f"{name} ({' > '.join(levels)})" for name, levels in sorted(topologies.items()))
+    return (f"{annotation}: {label} is not a level of any Kueue Topology of this cluster "
+            f"({known or 'it has none'}): Kueue would not admit this workload")
+
+
+def _preferred(gang_list: Sequence[GangPod], snapshot: ClusterSnapshot, label: str,
+               topologies: Mapping[str, Sequence[str]] | None, claims: Sequence[dict[str, Any]],
+               templates: Sequence[dict[str, Any]], viewer: Viewer) -> GangExplanation:
+    """Kueue's preferred topology: one domain of the preferred level if the gang fits in one, else one domain of
+    the next wider level of its Topology, and so on; else no constraint at all."""
+    chain, source = _chain(label, topologies)
+    said: list[str] = []
+    tried: list[str] = []
+    for level in chain:
+        result = _in_domains(gang_list, snapshot, level, claims, templates, viewer)
+        tried.append(level)
+        if result.schedulable:
+            said.append(f"in one {level}={result.domain}: yes")
+            break
+        said.append(f"in one {level}? no")
+    else:
+        result = _simulate(gang_list, snapshot, claims, templates, viewer)
+        tried.append("")
+        said.append(f"without a common domain: {'yes' if result.schedulable else 'no'}")
+    result.preferred, result.tried = label, tried
+    result.message = f"preferred topology {label}: fits {'; '.join(said)} — {result.message}"
+    if source:
+        result.notes.append(f"levels from Kueue Topology {source}: {' > '.join(reversed(chain))} (widest first)")
+    elif topologies is None:
+        result.notes.append(f"the cluster's Kueue Topologies are not known here: only {label} was tried before no "
+                            "constraint (Kueue would try each wider level of the flavor's Topology)")
+    else:
+        result.notes.append(_not_a_level(PREFERRED_TOPOLOGY, label, topologies))
+    return result
+
+
 def explain_gang(
     pods: Sequence[GangPod] | Sequence[dict[str, Any]],
     snapshot: ClusterSnapshot,
@@ -590,13 +660,27 @@ def explain_gang(
     extra_claim_templates: Sequence[dict[str, Any]] = (),
     viewer: Viewer = EVERYONE,
     topology: str = "",
+    topology_levels: Mapping[str, Sequence[str]] | None = None,
 ) -> GangExplanation:
-    """Place `pods` in order on a copy of the snapshot and say whether all of them fit at the same time. With a
-    `topology` node label (or Kueue's required-topology annotation on the pods), all of them must land on nodes
-    sharing one value of it. Never raises for malformed manifests (the failing pod's explanation says what is
-    wrong)."""
+    """Place `pods` in order on a copy of the snapshot and say whether all of them fit at the same time.
+
+    With a `topology` node label (or Kueue's required-topology annotation, or a required self pod-affinity on the
+    pods), all of them must land on nodes sharing one value of it. With Kueue's preferred-topology annotation, one
+    domain of that level is tried, then one of each wider level, then no constraint; the explanation says where it
+    landed. `topology_levels`: Kueue's Topologies (name → node labels of the levels, widest first) that give the
+    wider levels; None when they are not known (offline): a preferred level is then tried alone. A required or
+    preferred level that is no level of any of them is noted (Kueue would not admit the workload). Never raises
+    for malformed manifests (the failing pod's explanation says what is wrong)."""
     gang_list = [p if isinstance(p, GangPod) else GangPod(p, "Pod") for p in pods]
-    topology = topology or required_topology(gang_list)
-    if topology:
-        return _in_domains(gang_list, snapshot, topology, extra_claims, extra_claim_templates, viewer)
+    annotated = "" if topology else _annotation(gang_list, REQUIRED_TOPOLOGY)
+    required = topology or required_topology(gang_list)
+    if required:
+        result = _in_domains(gang_list, snapshot, required, extra_claims, extra_claim_templates, viewer)
+        if annotated and topology_levels is not None and not any(
+                annotated in levels for levels in topology_levels.values()):
+            result.notes.append(_not_a_level(REQUIRED_TOPOLOGY, annotated, topology_levels))
+        return result
+    preferred = preferred_topology(gang_list)
+    if preferred:
+        return _preferred(gang_list, snapshot, preferred, topology_levels, extra_claims, extra_claim_templates, viewer)
     return _simulate(gang_list, snapshot, extra_claims, extra_claim_templates, viewer)

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +24,7 @@ from django.conf import settings
 from catalog.feasibility import ClusterSnapshot, Explanation, explain_pod, snapshot_for_cluster
 from catalog.feasibility.gang import GangExplanation, GangPod, explain_gang, gang_pods
 from catalog.feasibility.viewer import EVERYONE, Viewer
+from catalog.services.queues import kueue_topologies
 from catalog.validation import (
     ValidationContext,
     ValidationFinding,
@@ -159,14 +160,17 @@ def gang_findings(gang: GangExplanation) -> list[ValidationFinding]:
 
 
 def snapshot_gang_feasibility(snapshot: ClusterSnapshot | Callable[[], ClusterSnapshot],
-                              viewer: Viewer = EVERYONE) -> GangCheck:
-    """The validator's gang check (a Job's `parallelism` pods placed at once) over a snapshot."""
+                              viewer: Viewer = EVERYONE,
+                              topologies: Callable[[], Mapping[str, Sequence[str]] | None] | None = None) -> GangCheck:
+    """The validator's gang check (a Job's `parallelism` pods placed at once) over a snapshot; `topologies` gives
+    Kueue's Topology levels (queues.kueue_topologies) when a topology annotation asks for them."""
     def run(pod: dict[str, Any], count: int, claims: list[dict[str, Any]]) -> list[ValidationFinding]:
         current = snapshot() if callable(snapshot) else snapshot
         pods, _, _, _ = gang_pods([pod], replicas=count)
         split = _split_claims(claims)
         return gang_findings(explain_gang(pods, current, viewer=viewer, extra_claims=split["extra_claims"],
-                                          extra_claim_templates=split["extra_claim_templates"]))
+                                          extra_claim_templates=split["extra_claim_templates"],
+                                          topology_levels=topologies() if topologies is not None else None))
 
     return run
 
@@ -227,7 +231,8 @@ def validation_context(cluster: Cluster | None, *, dry_run: bool = False, user: 
     context = cluster_context(cluster)
     viewer = viewer_for(user, cluster)
     context.feasibility = snapshot_feasibility(lambda: cluster_snapshot(cluster), viewer)
-    context.gang_feasibility = snapshot_gang_feasibility(lambda: cluster_snapshot(cluster), viewer)
+    context.gang_feasibility = snapshot_gang_feasibility(lambda: cluster_snapshot(cluster), viewer,
+                                                         lambda: kueue_topologies(cluster))
     if user is not None:
         targets = frozenset(targets_for(user, cluster))
         context.allowed_namespaces = None if scope_for(user).everything else targets
@@ -251,7 +256,8 @@ def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: RequestUser,
 
 def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: RequestUser, claims: list[dict[str, Any]] | None = None,
                  topology: str = "") -> GangExplanation:
-    """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given?);
-    other tenants' names are hidden."""
+    """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given, or
+    as Kueue's topology annotations ask with the cluster's synced Topology levels?); other tenants' names are
+    hidden."""
     return explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster), topology=topology,
-                        **_split_claims(claims or []))
+                        topology_levels=kueue_topologies(cluster), **_split_claims(claims or []))

@@ -23,7 +23,7 @@ from fractions import Fraction
 from catalog.models import Offering
 from catalog.services.matching import ClusterDevices, clusters_devices
 from inventory.k8s.semantics import format_quantity, labels_match, parse_quantity
-from inventory.models import Cluster, ClusterQueue, LocalQueue, ResourceFlavor
+from inventory.models import Cluster, ClusterQueue, LocalQueue, ResourceFlavor, SyncState, Topology
 
 DRA_NOTE = ("Kueue counts DRA devices only through its deviceClassMappings configuration, which the cluster does not "
             "publish: no queue is mapped to this offering.")
@@ -59,6 +59,19 @@ class FlavorMapping:
     nodes: int
     offerings: list[str] = field(default_factory=list)  # slugs
     problems: list[str] = field(default_factory=list)
+
+
+def kueue_topologies(cluster: Cluster) -> dict[str, list[str]] | None:
+    """Kueue's Topologies of the cluster (name → node labels of the levels, widest first; the live synced rows), or
+    None when the cluster does not serve them (no Kueue, or a Kueue without topology-aware scheduling): the gang
+    explainer then takes a Kueue topology annotation's level alone."""
+    served = SyncState.objects.filter(cluster=cluster, kind="topologies").exclude(
+        phase=SyncState.Phase.UNSERVED).exclude(served_version="").exists()
+    if not served:
+        return None
+    return {name: list(levels) for name, levels in
+            Topology.objects.live().filter(cluster=cluster).order_by("name").values_list("name", "levels")
+            if isinstance(levels, list)}
 
 
 def flavor_nodes(flavor: ResourceFlavor, devices: ClusterDevices) -> set[str]:

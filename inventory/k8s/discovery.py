@@ -28,8 +28,10 @@ DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 # Kueue: v1beta2 (Kueue 0.15+; 0.20 serves nothing else), v1beta1 before it (inventory/k8s/conversion.py).
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 _GROUP_VERSIONS = {RESOURCE_GROUP: DRA_VERSIONS, KUEUE_GROUP: KUEUE_VERSIONS}
+# Kueue's Topology was served only as v1alpha1 before Kueue 0.14 (its levels have the same shape in every version).
+_KIND_VERSIONS = {"topologies": (*KUEUE_VERSIONS, "v1alpha1")}
 READABLE_VERSIONS: dict[str, tuple[str, ...]] = {
-    key: _GROUP_VERSIONS.get(ref.group, (ref.version,)) for key, ref in KINDS.items()
+    key: _KIND_VERSIONS.get(key) or _GROUP_VERSIONS.get(ref.group, (ref.version,)) for key, ref in KINDS.items()
 }
 KUEUE_KINDS = tuple(key for key, ref in KINDS.items() if ref.group == KUEUE_GROUP)
 DRA_KINDS = tuple(key for key, ref in KINDS.items() if ref.group == RESOURCE_GROUP)

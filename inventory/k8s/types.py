@@ -62,6 +62,7 @@ KINDS: dict[str, KindRef] = {
             "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
             False, "admission", "list_validating_admission_policy_binding",
         ),
+        KindRef("topologies", "Topology", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
         KindRef("resourceflavors", "ResourceFlavor", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
         KindRef("cohorts", "Cohort", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),
         KindRef("clusterqueues", "ClusterQueue", KUEUE_GROUP, KUEUE_VERSION, False, "custom", ""),

@@ -3,7 +3,7 @@ change feed (changes.py)."""
 
 from inventory.models.changes import ChangeEvent, ChangeFeedPrune
 from inventory.models.derived import AllocationInterval, ClaimAllocation, Device, Finding, Health, Mode, Path
-from inventory.models.queues import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from inventory.models.queues import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology, Workload
 from inventory.models.synced import (
     AdmissionPolicy,
     AdmissionPolicyBinding,
@@ -61,5 +61,6 @@ __all__ = [
     "SyncIncident",
     "SyncIssue",
     "SyncState",
+    "Topology",
     "Workload",
 ]

@@ -13,13 +13,29 @@ from inventory.models.synced import KubeObject, _kube_constraints, _kube_indexes
 SERVED_RAW_HELP = "The object as served when the cluster serves Kueue v1beta1 (raw holds it in the v1beta2 shape)."
 
 
+class Topology(KubeObject):
+    """A Kueue Topology (topology-aware scheduling): `levels` are its node labels, widest domain first (block, rack,
+    usually ending with kubernetes.io/hostname); a ResourceFlavor names it in `topology_name`."""
+
+    SCOPE_FIELD = None
+
+    levels = models.JSONField(default=list, blank=True, help_text="Node labels of the levels, widest first.")
+    served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
+
+    class Meta(KubeObject.Meta):
+        constraints = _kube_constraints("topology")
+        indexes = _kube_indexes("topology")
+
+
 class ResourceFlavor(KubeObject):
-    """A Kueue ResourceFlavor: which nodes (labels, taints) a flavor of quota stands for."""
+    """A Kueue ResourceFlavor: which nodes (labels, taints) a flavor of quota stands for, and the Topology its
+    nodes are placed by (topology-aware scheduling; "" when none)."""
 
     SCOPE_FIELD = None
 
     node_labels = models.JSONField(default=dict, blank=True)
     node_taints = models.JSONField(default=list, blank=True)
+    topology_name = models.CharField(max_length=253, blank=True)
     served_raw = models.JSONField(null=True, blank=True, help_text=SERVED_RAW_HELP)
 
     class Meta(KubeObject.Meta):

@@ -42,6 +42,7 @@ OBJECT_KIND_ORDER = (
     "ResourceClaim",
     "Pod",
     "Event",
+    "Topology",
     "ResourceFlavor",
     "Cohort",
     "ClusterQueue",

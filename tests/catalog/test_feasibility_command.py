@@ -197,3 +197,33 @@ def test_gang_option_places_every_pod_of_the_workload_at_once(tmp_path, cluster_
         _run("--replicas", "2", "--pod", str(job), "--nodes", str(nodes))
     with pytest.raises(CommandError, match="--pod: no Pod, Job"):
         _run("--gang", "--pod", str(nodes), "--nodes", str(nodes))
+
+
+def test_gang_option_takes_kueue_topology_levels_from_the_snapshot_files(tmp_path):
+    # a and b have 4 free cards each, c 8, all in rack r1; d (rack r2) 4: two 4-GPU pods fit on one node (c), three
+    # only in rack r1
+    nodes = tmp_path / "cluster.yaml"
+    nodes.write_text(yaml.safe_dump_all([
+        gpu_node("a", labels={"example.com/rack": "r1"}), gpu_node("b", labels={"example.com/rack": "r1"}),
+        gpu_node("c", labels={"example.com/rack": "r1"}), gpu_node("d", labels={"example.com/rack": "r2"}),
+        gpu_pod("busy-a", gpus=4, node_name="a"), gpu_pod("busy-b", gpus=4, node_name="b"),
+        gpu_pod("busy-d", gpus=4, node_name="d"),
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "dc"},
+         "spec": {"levels": [{"nodeLabel": "example.com/rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}},
+    ]))
+
+    def job(parallelism: int) -> str:
+        path = tmp_path / f"job-{parallelism}.yaml"
+        path.write_text(yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp"}, "spec": {
+            "parallelism": parallelism, "completionMode": "Indexed", "template": {
+                "metadata": {"annotations": {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}},
+                "spec": gpu_pod("w", gpus=4)["spec"]}}}))
+        return str(path)
+
+    two = json.loads(_run("--gang", "--pod", job(2), "--nodes", str(nodes), "--format", "json"))
+    assert two["topology"]["levels_tried"] == ["kubernetes.io/hostname"]
+    assert two["topology"]["domain"] == "c"
+    three = _run("--gang", "--pod", job(3), "--nodes", str(nodes))
+    assert three.splitlines()[0].startswith("preferred topology kubernetes.io/hostname: fits in one "
+                                            "kubernetes.io/hostname? no; in one example.com/rack=r1: yes — all 3 pods")
+    assert "levels from Kueue Topology dc: example.com/rack > kubernetes.io/hostname (widest first)" in three

@@ -274,3 +274,84 @@ def test_many_small_domains_are_prefiltered_and_still_give_the_same_answer():
     assert too_big.message.startswith("no kubernetes.io/hostname domain holds all 2 pods at once (20 domains); the "
                                       "closest, kubernetes.io/hostname=n-03, holds 1")
     assert too_big.failure.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Kueue's topology-aware scheduling: the levels of a Topology (widest first)
+# ----------------------------------------------------------------------------------------------------------------
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = {"dc": [BLOCK, RACK, HOST]}
+
+
+def _racks() -> object:
+    """Five 8-GPU nodes, free cards a 4, b 4 (rack r1), c 2, d 4 (rack r2) in block b1; e 4 (rack r3) in block b2:
+    no node holds two 4-GPU pods, rack r1 holds two, block b1 three, the cluster four."""
+    where = {"a": ("r1", "b1", 4), "b": ("r1", "b1", 4), "c": ("r2", "b1", 6), "d": ("r2", "b1", 4),
+             "e": ("r3", "b2", 4)}
+    nodes = [gpu_node(name, labels={RACK: rack, BLOCK: block}) for name, (rack, block, _) in where.items()]
+    bound = [gpu_pod(f"busy-{name}", busy, node_name=name, phase="Running") for name, (_, _, busy) in where.items()]
+    return snap(nodes, bound)
+
+
+def _kueue_job(parallelism: int, annotation: str, level: str) -> dict:
+    job = _job(parallelism, 4)
+    job["spec"]["template"]["metadata"]["annotations"] = {f"kueue.x-k8s.io/podset-{annotation}-topology": level}
+    return job
+
+
+@pytest.mark.parametrize(("parallelism", "tried", "landed", "said"), [
+    (2, [HOST, RACK], (RACK, "r1"), f"fits in one {HOST}? no; in one {RACK}=r1: yes — all 2 pods fit at once on 2 nodes, "
+                                    f"all in {RACK}=r1 (1 of 3 domains can hold it)"),
+    (3, [HOST, RACK, BLOCK], (BLOCK, "b1"), f"fits in one {HOST}? no; in one {RACK}? no; in one {BLOCK}=b1: yes — all 3 "
+                                            f"pods fit at once on 3 nodes, all in {BLOCK}=b1 (1 of 2 domains can hold it)"),
+    (4, [HOST, RACK, BLOCK, ""], ("", ""), f"fits in one {HOST}? no; in one {RACK}? no; in one {BLOCK}? no; without a "
+                                           "common domain: yes — all 4 pods fit at once on 4 nodes"),
+])
+def test_preferred_topology_lands_at_the_narrowest_level_that_holds_the_gang(parallelism, tried, landed, said):
+    result = explain_gang(gang_pods([_kueue_job(parallelism, "preferred", HOST)])[0], _racks(), topology_levels=LEVELS)
+    assert result.schedulable
+    assert (result.topology, result.domain) == landed
+    assert result.tried == tried
+    assert result.message == f"preferred topology {HOST}: {said}"
+    assert f"levels from Kueue Topology dc: {BLOCK} > {RACK} > {HOST} (widest first)" in result.notes
+    assert result.as_json()["topology"]["levels_tried"] == tried
+
+
+def test_preferred_topology_starts_at_its_level_and_says_when_nothing_holds_the_gang():
+    # asked at the rack level: the hostname level below it is not tried
+    rack = explain_gang(gang_pods([_kueue_job(3, "preferred", RACK)])[0], _racks(), topology_levels=LEVELS)
+    assert (rack.tried, rack.topology, rack.domain) == ([RACK, BLOCK], BLOCK, "b1")
+    too_big = explain_gang(gang_pods([_kueue_job(5, "preferred", RACK)])[0], _racks(), topology_levels=LEVELS)
+    assert not too_big.schedulable
+    assert too_big.tried == [RACK, BLOCK, ""]
+    assert too_big.message.startswith(f"preferred topology {RACK}: fits in one {RACK}? no; in one {BLOCK}? no; without "
+                                      "a common domain: no — only 4 of 5 pods fit at once")
+
+
+def test_preferred_topology_without_known_levels_tries_its_level_alone_and_says_so():
+    job = _kueue_job(3, "preferred", HOST)
+    offline = explain_gang(gang_pods([job])[0], _racks())
+    assert offline.tried == [HOST, ""]
+    assert offline.schedulable
+    assert offline.topology == ""
+    assert any(n.startswith("the cluster's Kueue Topologies are not known here") for n in offline.notes)
+    unknown = explain_gang(gang_pods([_kueue_job(2, "preferred", "example.com/row")])[0], _racks(),
+                           topology_levels=LEVELS)
+    assert unknown.tried == ["example.com/row", ""]
+    assert (f"kueue.x-k8s.io/podset-preferred-topology: example.com/row is not a level of any Kueue Topology of this "
+            f"cluster (dc ({BLOCK} > {RACK} > {HOST})): Kueue would not admit this workload") in unknown.notes
+
+
+def test_required_topology_is_unchanged_by_the_levels_and_an_unknown_level_is_noted():
+    job = _kueue_job(3, "required", RACK)
+    alone = explain_gang(gang_pods([job])[0], _racks())
+    with_levels = explain_gang(gang_pods([job])[0], _racks(), topology_levels=LEVELS)
+    assert not with_levels.schedulable  # no wider level is tried: the requirement is the rack
+    assert with_levels.as_json() == alone.as_json()
+    assert with_levels.tried == []
+    assert with_levels.preferred == ""
+    assert "preferred" not in with_levels.as_json()["topology"]
+    none_known = explain_gang(gang_pods([job])[0], _racks(), topology_levels={})
+    assert none_known.message == alone.message
+    assert none_known.notes[-1] == (f"kueue.x-k8s.io/podset-required-topology: {RACK} is not a level of any Kueue "
+                                    "Topology of this cluster (it has none): Kueue would not admit this workload")

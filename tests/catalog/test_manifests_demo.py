@@ -181,3 +181,49 @@ def test_gang_api_and_validator_say_whether_all_workers_start_at_once(live_demo,
     three = api.post("/api/v1/manifests/validate/", {"manifest": _gang_job(3), "cluster": cluster.pk},
                      format="json").json()
     assert any(f["code"] == "gang-fits" for f in three["findings"])
+
+
+def _kueue_gang_job(parallelism: int, level: str) -> str:
+    job = yaml.safe_load(_gang_job(parallelism))
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-preferred-topology": level}}
+    return yaml.safe_dump(job)
+
+
+def test_gang_api_follows_kueues_preferred_topology_up_the_synced_levels(live_demo, member) -> None:
+    # the demo's Topology gpu-blocks: topology.example.com/block, then kubernetes.io/hostname; both H100s in block-1
+    _, cluster = live_demo
+    give_namespaces(member, cluster, "ml-research")
+    api = _api(member)
+    host = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name,
+                                                  "manifest": _kueue_gang_job(3, "kubernetes.io/hostname")},
+                    format="json").json()
+    assert host["schedulable"] is True
+    assert host["message"].startswith("preferred topology kubernetes.io/hostname: fits in one "
+                                      "kubernetes.io/hostname=h100-000: yes — all 3 pods fit at once on 1 node")
+    assert host["topology"]["levels_tried"] == ["kubernetes.io/hostname"]
+    assert ("levels from Kueue Topology gpu-blocks: topology.example.com/block > kubernetes.io/hostname "
+            "(widest first)") in host["notes"]
+    # four do not fit on one node, nor in block-1 (h100-001 has no free card), nor anywhere the selector allows
+    wider = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name,
+                                                   "manifest": _kueue_gang_job(4, "kubernetes.io/hostname")},
+                     format="json").json()
+    assert wider["schedulable"] is False
+    assert wider["topology"]["levels_tried"] == ["kubernetes.io/hostname", "topology.example.com/block", ""]
+    assert wider["message"].startswith("preferred topology kubernetes.io/hostname: fits in one kubernetes.io/hostname? "
+                                       "no; in one topology.example.com/block? no; without a common domain: no — only "
+                                       "3 of 4 pods fit at once")
+    # a required level that no Topology has: Kueue would not admit it (said as a note; the check is unchanged)
+    job = yaml.safe_load(_gang_job(3))
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": "example.com/rack"}}
+    required = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": yaml.safe_dump(job)},
+                        format="json").json()
+    assert required["schedulable"] is False
+    assert ("kueue.x-k8s.io/podset-required-topology: example.com/rack is not a level of any Kueue Topology of this "
+            "cluster (gpu-blocks (topology.example.com/block > kubernetes.io/hostname)): Kueue would not admit this "
+            "workload") in required["notes"]
+    # the validator's gang check (validate and generate pages) uses the same levels
+    report = api.post("/api/v1/manifests/validate/", {"manifest": _kueue_gang_job(4, "kubernetes.io/hostname"),
+                                                      "cluster": cluster.pk}, format="json").json()
+    gang = next(f for f in report["findings"] if f["code"] == "gang-unschedulable")
+    assert gang["message"].startswith("preferred topology kubernetes.io/hostname: fits in one kubernetes.io/hostname? "
+                                      "no; in one topology.example.com/block? no; without a common domain: no")

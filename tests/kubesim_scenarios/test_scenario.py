@@ -24,6 +24,7 @@ KIND_ORDER = [
     "Pod",
     "Event",
     # Kueue (the demo installs it): its configuration before the Workloads that name it
+    "Topology",
     "ResourceFlavor",
     "Cohort",
     "ClusterQueue",

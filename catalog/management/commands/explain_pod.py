@@ -6,7 +6,8 @@
 
 `--gang`: can all the pods of the workload start at once (a Job's parallelism, a JobSet, a training job's replicas,
 a Pod repeated --replicas times, or several Pods; docs/feasibility.md, "Gangs")? `--topology` keeps them within
-one value of a node label (e.g. nvidia.com/gpu.clique).
+one value of a node label (e.g. nvidia.com/gpu.clique). Kueue's topology annotations on the pod template are
+honoured with the levels of the Kueue `Topology` objects in the `--nodes`/`--pods` files (or synced for `--cluster`).
 
 `--pod` holds the Pod (or a Job/Deployment/StatefulSet/ReplicaSet/CronJob, whose pod template is used) and may
 carry the ResourceClaims and ResourceClaimTemplates submitted with it. `--nodes`/`--pods` are JSON or YAML files
@@ -36,7 +37,10 @@ from catalog.feasibility import (
 from catalog.feasibility.gang import explain_gang, gang_pods
 from catalog.feasibility.manifests import group_by_kind
 from catalog.management.commands._inventory import require_inventory
+from inventory.k8s.semantics import as_dict as _dict
+from inventory.k8s.semantics import as_str as _str
 from inventory.k8s.semantics import is_qualified_name
+from inventory.k8s.semantics.kueue import topology_levels
 
 MAX_TEXT_NODES = 20
 
@@ -81,8 +85,9 @@ class Command(BaseCommand):
                                                        replicas=options["replicas"])
         except ManifestError as exc:
             raise CommandError(f"--pod: {exc}") from None
-        gang = explain_gang(pods, self._snapshot(options), extra_claims=claims, extra_claim_templates=templates,
-                            topology=options["topology"])
+        snapshot, topologies = self._load(options)
+        gang = explain_gang(pods, snapshot, extra_claims=claims, extra_claim_templates=templates,
+                            topology=options["topology"], topology_levels=topologies)
         gang.notes[:0] = notes
         if options["format"] == "json":
             self.stdout.write(json.dumps(gang.as_json(), indent=2))
@@ -99,6 +104,11 @@ class Command(BaseCommand):
         self.stdout.write("\n".join(lines))
 
     def _snapshot(self, options: dict[str, Any]) -> ClusterSnapshot:
+        return self._load(options)[0]
+
+    def _load(self, options: dict[str, Any]) -> tuple[ClusterSnapshot, dict[str, list[str]] | None]:
+        """The snapshot, and Kueue's Topologies (name → levels, widest first; None when the files hold none or
+        the cluster does not serve them)."""
         if options["nodes"]:
             objects: list[dict[str, Any]] = []
             for flag in ("nodes", "pods"):
@@ -110,6 +120,8 @@ class Command(BaseCommand):
             grouped = group_by_kind(objects)
             if not grouped.get("Node"):
                 raise CommandError("--nodes: no objects of kind Node found")
+            topologies = {_str(_dict(t.get("metadata")).get("name")): topology_levels(t.get("spec"), [])
+                          for t in grouped.get("Topology", [])} or None
             return snapshot_from_objects(
                 nodes=grouped.get("Node", []),
                 pods=grouped.get("Pod", []),
@@ -117,11 +129,12 @@ class Command(BaseCommand):
                 device_classes=grouped.get("DeviceClass", []),
                 resource_claims=grouped.get("ResourceClaim", []),
                 resource_claim_templates=grouped.get("ResourceClaimTemplate", []),
-            )
+            ), topologies
         if options["pods"]:
             raise CommandError("--pods needs --nodes (or use --cluster for the inventory)")
         require_inventory("without --nodes, explain_pod", instead="give the cluster's objects with --nodes FILE")
-        from inventory.models import Cluster  # only when the database is used
+        from catalog.services.queues import kueue_topologies  # only when the database is used
+        from inventory.models import Cluster
 
         name = options["cluster"]
         if not name:
@@ -131,9 +144,10 @@ class Command(BaseCommand):
                     "" if names else " (no cluster is registered)"))
             name = names[0]
         try:
-            return snapshot_for_cluster(Cluster.objects.get(name=name))
+            cluster = Cluster.objects.get(name=name)
         except Cluster.DoesNotExist:
             raise CommandError(f"--cluster: no cluster named {name!r}") from None
+        return snapshot_for_cluster(cluster), kueue_topologies(cluster)
 
     @staticmethod
     def _text(explanation: Explanation, *, everything: bool) -> str:

@@ -21,6 +21,7 @@ from inventory.k8s.semantics.requests import pod_resources
 from inventory.k8s.semantics.values import as_dict, as_list
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,28 @@ def workload_requests(spec: Any, problems: list[str]) -> tuple[int, dict[str, Fr
         for name, amount in resources.requests.items():
             totals[name] = totals.get(name, Fraction(0)) + amount * count
     return pods, totals
+
+
+def topology_levels(spec: Any, problems: list[str]) -> list[str]:
+    """A Topology's levels (`spec.levels[].nodeLabel`), widest domain first. A level without a label, a repeated
+    label or kubernetes.io/hostname above the last level is a problem (Kueue's validation refuses them); the usable
+    levels are kept in their order."""
+    raw = as_dict(spec).get("levels")
+    if not isinstance(raw, list) or not raw:
+        problems.append("spec.levels: missing or not a list")
+        raw = []
+    levels: list[str] = []
+    for index, level in enumerate(raw):
+        label = as_dict(level).get("nodeLabel")
+        if not isinstance(label, str) or not label or len(label) > 316:
+            problems.append(f"spec.levels[{index}].nodeLabel: missing or not a label")
+        elif label in levels:
+            problems.append(f"spec.levels[{index}].nodeLabel: {label} repeats a level")
+        else:
+            levels.append(label)
+    if HOSTNAME_LABEL in levels[:-1]:
+        problems.append(f"spec.levels: {HOSTNAME_LABEL} is not the last level")
+    return levels
 
 
 def quotas_from_json(cells: Any) -> list[FlavorQuota]:
