@@ -180,7 +180,8 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
         physical, free = capacity["quota_capacity"], capacity["free"]
         # Until the sync shows it active, the request's units are not in the mirrored quotas yet.
         pending = request.state in PENDING
-        granted_after = granted_now + (request.units if pending else 0)
+        # a grant on a ClusterQueue leaves the ResourceQuotas as they are
+        granted_after = granted_now + (request.units if pending and not request.on_cluster_queue else 0)
         out[request.pk] = {
             "quota_key": key, "namespace_hard": hard_here, "namespace_used": used_here,
             "binding_quota": here.binding.quota if here else "",
@@ -196,4 +197,11 @@ def request_contexts(requests: Sequence[QuotaRequest]) -> dict[int, dict[str, An
             target = queue_targets.get(request.pk)
             out[request.pk]["cluster_queue"] = None if target is None else {
                 **target.to_json(), "nominal_after": format_quantity(target.nominal + (request.units if pending else 0))}
+            # The namespace's ResourceQuotas still apply to every pod Kueue admits: a queue grant beyond their
+            # headroom admits Jobs whose pods the API server then refuses.
+            if here is not None and hard_here - used_here < request.units:
+                out[request.pk]["resource_quota_warning"] = (
+                    f"ResourceQuota {here.binding.quota} also limits {key} in {request.namespace} to {hard_here} "
+                    f"({used_here} in use): pods beyond {max(hard_here - used_here, 0)} more are refused at creation "
+                    "even when Kueue admits their Job.")
     return out

@@ -141,6 +141,7 @@ def test_an_approved_nominal_quota_increase_admits_the_waiting_workload(kueue, l
     quota_page = _api(lead).get(reverse("portal:quota")).content.decode()
     assert 'data-queue="team-a" data-flavor="h100"' in quota_page
     assert 'data-queue="team-a" data-status="in_sync"' in quota_page
+    assert "{#" not in quota_page  # no template comment leaks into the page (Django's {# #} is one line only)
 
     # Applying again writes nothing (the live object already carries the plan; the baseline is kept).
     version = _http(sim, "GET", CQ)["metadata"]["resourceVersion"]
