@@ -37,6 +37,7 @@ from inventory.errors import ClusterError
 from inventory.models import Cluster
 from inventory.redaction import holder_rule
 from inventory.scoping import scope_for, targets_for
+from inventory.selectors import cluster_discovery
 from inventory.services.clients import client_for
 
 logger = logging.getLogger(__name__)
@@ -254,10 +255,18 @@ def pod_explain(*, pod: dict[str, Any], cluster: Cluster, user: RequestUser,
                        **_split_claims(claims or []))
 
 
+JOBSET_GROUP = "jobset.x-k8s.io"
+
+
 def gang_explain(*, pods: list[GangPod], cluster: Cluster, user: RequestUser, claims: list[dict[str, Any]] | None = None,
                  topology: str = "") -> GangExplanation:
     """Explain a gang for `user` (can all its pods be placed at once, within one `topology` domain when given, or
     as Kueue's topology annotations ask with the cluster's synced Topology levels?); other tenants' names are
     hidden."""
-    return explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster), topology=topology,
-                        topology_levels=kueue_topologies(cluster), **_split_claims(claims or []))
+    result = explain_gang(pods, cluster_snapshot(cluster), viewer=viewer_for(user, cluster), topology=topology,
+                          topology_levels=kueue_topologies(cluster), **_split_claims(claims or []))
+    served = cluster_discovery(cluster)
+    if served is not None and JOBSET_GROUP not in served.groups and any(p.role.startswith("JobSet ") for p in pods):
+        result.notes.append(f"cluster {cluster.name} does not serve {JOBSET_GROUP} (JobSet is not installed): the "
+                            "API server would refuse this JobSet; its pods are explained as if it were installed")
+    return result

@@ -165,6 +165,13 @@ def test_gang_api_and_validator_say_whether_all_workers_start_at_once(live_demo,
     assert zoned["topology"]["domain"] == "us-east-1a"
     assert api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": _gang_job(3),
                                                   "topology": "not a label"}, format="json").status_code == 400
+    jobset = yaml.safe_dump({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "metadata": {"name": "llm", "namespace": "ml-research"},
+                             "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {
+                                 "spec": yaml.safe_load(_gang_job(2))["spec"]}}]}})
+    notes = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": jobset},
+                     format="json").json()["notes"]
+    assert f"cluster {cluster.name} does not serve jobset.x-k8s.io (JobSet is not installed)" in " ".join(notes)
     bad = api.post("/api/v1/feasibility/gang/", {"cluster": cluster.name, "manifest": "kind: ConfigMap\n"},
                    format="json")
     assert bad.status_code == 400
