@@ -8,11 +8,13 @@ from typing import Any, cast
 from django import forms
 from django.contrib.auth.models import User
 from django.db.models import Q
+from django.utils import timezone
 
 from catalog.models import Offering, OfferingCapacity
 from inventory.k8s.semantics import is_extended_resource
 from inventory.k8s.semantics.kueue import quotas_from_json
 from inventory.models import ClusterQueue, LocalQueue
+from portal.quota.models import GRANTED, QuotaRequest, unexpired
 from portal.quota.services import MAX_UNITS, desired_hards, granted_units
 from portal.tenancy.models import QuotaTarget, TenantMembership, TenantNamespace
 
@@ -90,6 +92,16 @@ def _figures(led: list[TenantNamespace], offerings: list[Offering]) -> dict[str,
         hard = hards[(tn.cluster_id, tn.namespace)]
         for offering in offerings:
             granted[f"{tn.cluster_id}/{tn.namespace}|{offering.slug}"] = granted_units(tn.cluster_id, offering, hard)
+    # Namespaces whose grants went to Kueue ClusterQueues: the units of their granted, unexpired queue requests.
+    if led:
+        queue_grants = Q(pk__in=[])
+        for tn in led:
+            queue_grants |= Q(cluster_id=tn.cluster_id, namespace=tn.namespace)
+        for cluster_id, namespace, slug, units in QuotaRequest.objects.filter(
+                queue_grants, unexpired(timezone.now()), target=QuotaTarget.CLUSTER_QUEUE, state__in=GRANTED,
+        ).values_list("cluster_id", "namespace", "offering__slug", "units"):
+            key = f"{cluster_id}/{namespace}|{slug}"
+            granted[key] = granted.get(key, 0) + units
     physical = {f"{row.cluster_id}|{row.offering.slug}": row.quota_capacity for row in OfferingCapacity.objects.filter(
         cluster_id__in={tn.cluster_id for tn in led}).select_related("offering") if row.quota_capacity}
     return {"granted": granted, "physical": physical}

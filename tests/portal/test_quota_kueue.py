@@ -142,6 +142,7 @@ def test_an_approved_nominal_quota_increase_admits_the_waiting_workload(kueue, l
     assert 'data-queue="team-a" data-flavor="h100"' in quota_page
     assert 'data-queue="team-a" data-status="in_sync"' in quota_page
     assert "{#" not in quota_page  # no template comment leaks into the page (Django's {# #} is one line only)
+    assert f"&quot;{cluster.pk}/team-a|h100&quot;: 4" in quota_page  # the form's live total counts the queue grant
 
     # Applying again writes nothing (the live object already carries the plan; the baseline is kept).
     version = _http(sim, "GET", CQ)["metadata"]["resourceVersion"]
