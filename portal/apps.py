@@ -9,6 +9,7 @@ class PortalConfig(AppConfig):
         from django.contrib import admin
 
         from inventory.scoping import register_tenancy
+        from portal import checks  # noqa: F401 - registers the system checks
         from portal.security import admin_has_permission, throttle_login_posts
         from portal.tenancy.selectors import namespace_scope, user_namespaces
 

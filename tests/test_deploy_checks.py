@@ -106,11 +106,13 @@ def test_check_deploy_fails_when_a_variable_weakens_security(
     assert "(security.W012)" not in weakened_env_check.stderr
 
 
-# The audit log's and the stored secrets' own checks (audit/checks.py, inventory/checks.py): each variable unset or
+# The audit log's, the stored secrets' and the metrics' own checks (audit/checks.py, inventory/checks.py,
+# portal/checks.py): each variable unset or
 # pointed somewhere unsafe is reported with its id, in one process.
 UNSAFE_ENV = {
     "PORTAL_AUDIT_CHECKPOINT_KEY": ("", "audit.W001"),
     "PORTAL_FIELD_ENCRYPTION_KEYS": ("", "inventory.W001"),
+    "PORTAL_METRICS_TOKEN": ("", "portal.W001"),
     # The audit tables' TRUNCATE escape hatch opens in databases named test_* (audit migration 0003).
     "DATABASE_URL": ("postgres://portal_app@db.example.internal:5432/test_portal", "audit.W003"),
 }
@@ -145,6 +147,13 @@ def test_malformed_audit_and_encryption_keys_are_errors_everywhere() -> None:
         assert f"({check_id})" in result.stderr, result.stderr
     assert "too-short" not in result.stderr  # never echo a key
     assert "not-a-fernet-key" not in result.stderr
+
+
+def test_check_deploy_warns_about_a_guessable_metrics_token() -> None:
+    result = manage("check", "--deploy", "--fail-level", "WARNING", PORTAL_METRICS_TOKEN="guessable-tok")
+    assert result.returncode != 0
+    assert "(portal.W002)" in result.stderr, result.stderr
+    assert "guessable-tok" not in result.stderr  # never echo a token
 
 
 def test_check_deploy_fails_without_django_secure() -> None:

@@ -183,6 +183,7 @@ SPECTACULAR_SETTINGS = {
         "LifecycleChangeEnum": ["active", "deprecated", "retired"],
         "AccessKindEnum": "portal.access.models.AccessKind",
         "ViolationKindEnum": "portal.enforcement.models.Violation.Kind",
+        "QuotaTargetEnum": "portal.tenancy.models.QuotaTarget",
     },
 }
 
