@@ -53,14 +53,16 @@ def test_settings_fail_fast_without_a_secret() -> None:
 
 
 def test_check_deploy_is_clean_under_production_settings() -> None:
-    # The audit checkpoint key and the field-encryption keys are part of a production configuration: without them
-    # check --deploy warns (audit.W001, inventory.W001; tests/test_deploy_checks.py).
+    # The audit checkpoint key, the field-encryption keys and the metrics token are part of a production
+    # configuration: without them check --deploy warns (audit.W001, inventory.W001, portal.W001;
+    # tests/test_deploy_checks.py).
     result = subprocess.run(
         [PY, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT, capture_output=True, text=True,
         env=_env(DJANGO_SETTINGS_MODULE="portal.settings.base", DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
                  DATABASE_URL="postgres://postgres@127.0.0.1/portal", DJANGO_ALLOWED_HOSTS="portal.example.com",
                  PORTAL_AUDIT_CHECKPOINT_KEY=secrets.token_hex(32),
-                 PORTAL_FIELD_ENCRYPTION_KEYS=Fernet.generate_key().decode()),
+                 PORTAL_FIELD_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
+                 PORTAL_METRICS_TOKEN=secrets.token_urlsafe(32)),
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -184,10 +186,16 @@ def test_demo_starts_and_serves_the_node_list(tmp_path: Path) -> None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
         log.close()
-    time.sleep(1)
-    for port in (sim_port, web_port):  # Ctrl-C stopped everything the demo started
-        with socket.socket() as sock:
-            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    # Ctrl-C stopped everything the demo started: both ports close (within seconds on a loaded machine, where the
+    # last child may still be exiting when the demo's own process returns).
+    deadline = time.monotonic() + 15
+    for port in (sim_port, web_port):
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) != 0:
+                    break
+            assert time.monotonic() < deadline, f"port {port} still open after Ctrl-C"
+            time.sleep(0.5)
 
 
 def test_import_contracts_hold() -> None:
