@@ -468,15 +468,9 @@ def queues_reconcile(*, now: dt.datetime, skip: set[tuple[int, str]], backoff: A
             before = state.status
             state.desired = {cell: str(units) for cell, units in plan.granted.items()}
             state.observed, state.checked_at = observed, now
-            if _shows(plan, mirrored):
-                state.status, state.drift_since, state.failures, state.last_error = Status.IN_SYNC, None, 0, ""
-            else:
-                state.drift_since = state.drift_since or now
-                if state.status != Status.FAILED:
-                    state.status = Status.APPLYING if applying else Status.DRIFT
-                if (cluster_id, cluster_queue) not in skip and (
-                        state.attempted_at is None or now - state.attempted_at > backoff(state.failures)):
-                    due.add((cluster_id, cluster_queue))
+            if state.observe(shows=_shows(plan, mirrored), applying=applying, now=now,
+                             backoff=backoff(state.failures)) and (cluster_id, cluster_queue) not in skip:
+                due.add((cluster_id, cluster_queue))
             state.save()
             if state.status != before:
                 audit_record(actor=None, verb=f"cluster_queue_quota.{state.status}", target=state,

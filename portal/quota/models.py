@@ -3,7 +3,7 @@ their decisions, and per namespace the quota the cluster carries against the gra
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Self
 
 from django.conf import settings
@@ -164,7 +164,30 @@ class QuotaNamespaceStateQuerySet(models.QuerySet["QuotaNamespaceState"]):
         return self.filter(models.Exists(owned))
 
 
-class QuotaNamespaceState(models.Model):
+class ReconciledMixin:
+    """The confirm beat's reading of a quota target (a namespace's quotas, a ClusterQueue's nominal quota) against
+    the sync: in sync, or drift (applying while a request is on its way; failed stays failed until an apply works)."""
+
+    status: str
+    drift_since: datetime | None
+    failures: int
+    last_error: str
+    attempted_at: datetime | None
+
+    def observe(self, *, shows: bool, applying: bool, now: datetime, backoff: timedelta) -> bool:
+        """Record what the sync shows; True when the drift is due for a re-apply (last attempt older than
+        `backoff`)."""
+        status = QuotaNamespaceState.Status
+        if shows:
+            self.status, self.drift_since, self.failures, self.last_error = status.IN_SYNC, None, 0, ""
+            return False
+        self.drift_since = self.drift_since or now
+        if self.status != status.FAILED:
+            self.status = status.APPLYING if applying else status.DRIFT
+        return self.attempted_at is None or now - self.attempted_at > backoff
+
+
+class QuotaNamespaceState(ReconciledMixin, models.Model):
     """The portal's quota in one namespace as the cluster carries it: desired (granted, unexpired units) against what
     the sync shows, kept by the confirm beat (portal/quota/services.py `quota_namespaces_reconcile`). Drift is re-applied with
     backoff, and a failed apply — raising or lowering — stays visible here until the cluster matches."""
@@ -203,7 +226,7 @@ class QuotaNamespaceState(models.Model):
         return f"{self.namespace} quota ({self.status})"
 
 
-class ClusterQueueQuotaState(models.Model):
+class ClusterQueueQuotaState(ReconciledMixin, models.Model):
     """A Kueue ClusterQueue's nominal quota as the cluster carries it against what the portal granted: per
     "flavor/resource" cell the nominal quota before the portal managed it (`baselines`, recorded once), the granted
     units of unexpired requests (`desired`) and the increase the sync shows (`observed`). Kept by the confirm beat

@@ -728,16 +728,9 @@ def quota_namespaces_reconcile(*, now: dt.datetime | None = None,
                 cluster_id=cluster_id, namespace=namespace, defaults={"status": NamespaceStatus.IN_SYNC})
             before = state.status
             state.desired, state.observed, state.checked_at = desired, observed, now
-            if _plan_shows(plan, mirrored):
-                state.status, state.drift_since, state.failures, state.last_error = (
-                    NamespaceStatus.IN_SYNC, None, 0, "")
-            else:
-                state.drift_since = state.drift_since or now
-                if state.status != NamespaceStatus.FAILED:
-                    state.status = NamespaceStatus.APPLYING if applying else NamespaceStatus.DRIFT
-                if (cluster_id, namespace) not in skip and (
-                        state.attempted_at is None or now - state.attempted_at > _backoff(state.failures)):
-                    due.add((cluster_id, namespace))
+            if state.observe(shows=_plan_shows(plan, mirrored), applying=applying, now=now,
+                             backoff=_backoff(state.failures)) and (cluster_id, namespace) not in skip:
+                due.add((cluster_id, namespace))
             state.save()
             if state.status != before:
                 audit_record(actor=None, verb=f"quota_namespace.{state.status}", target=state,
