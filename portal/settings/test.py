@@ -10,7 +10,27 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 os.environ.setdefault("DJANGO_SECURE", "false")
 
-from portal.settings.base import *  # noqa: F403
+
+def _redis_url_for_worker(url: str, worker: str) -> str:
+    """Each pytest-xdist worker (gw0, gw1, ...) its own Redis database, counting down from the configured one (tests
+    flush it), as pytest-django gives each its own test database. Processes a test starts inherit the environment and
+    get the URL already moved, so it is moved once: the variable below says for which worker it was."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    index = int(worker.removeprefix("gw"))
+    database = int(parts.path.strip("/") or 0) - index
+    if database < 0:
+        raise ValueError(f"{url}: too few Redis databases below it for xdist worker {worker}")
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and os.environ.get("PORTAL_TEST_REDIS_WORKER") != _worker:
+    os.environ["REDIS_URL"] = _redis_url_for_worker(os.environ["REDIS_URL"], _worker)
+    os.environ["PORTAL_TEST_REDIS_WORKER"] = _worker
+
+from portal.settings.base import *  # noqa: E402, F403 - after the environment it reads is set
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
