@@ -4,6 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` and `make test-fast` (--dist loadfile: a module's tests share one worker, so its
+# module-scoped simulator is built once). Four on two cores: much of a test's time is waiting on PostgreSQL, a
+# simulator or a subprocess. TEST_WORKERS=0 runs in this one process.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast typecheck prereqs venv lint check migrate worker beat run bench bench-load clean audit
 
@@ -27,13 +32,14 @@ test: $(STAMP) prereqs typecheck
 	@$(PY) scripts/dependency_audit.py --installed || { status=$$?; [ $$status = 3 ] && \
 	  echo "make test: continuing WITHOUT a dependency audit (the advisory service is unreachable; not a pass)" >&2 \
 	  || exit $$status; }
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The fast lane for the edit-test loop (under 2 minutes here): no browser, no Celery/gunicorn/Prometheus processes,
 # no kubectl, no chaos. Tests that use such a fixture are marked `slow` by a collection hook (SLOW_FIXTURES in
-# tests/conftest.py), so a new one cannot slip in unmarked. No system tools needed; `make test` (CI) runs everything.
+# tests/conftest.py), so a new one cannot slip in unmarked; so are, by hand, subprocess-driven modules and single
+# tests over about 3 s (their marks say why). No system tools needed; `make test` (CI) runs everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not browser and not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not browser and not chaos" $(PYTEST_ARGS)
 
 prereqs:
 	@scripts/test-prereqs

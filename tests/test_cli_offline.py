@@ -24,6 +24,8 @@ from django.core.management import call_command
 
 from tests.tools import require_tool
 
+pytestmark = pytest.mark.slow  # the command-line tools run in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 EMPTY_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 

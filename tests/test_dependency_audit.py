@@ -21,6 +21,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+pytestmark = pytest.mark.slow  # runs the audit script in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "dependency_audit.py"
 _spec = importlib.util.spec_from_file_location("dependency_audit", SCRIPT)

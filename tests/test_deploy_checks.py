@@ -21,6 +21,8 @@ import pytest
 import yaml
 from cryptography.fernet import Fernet
 
+pytestmark = pytest.mark.slow  # Django started in a subprocess per check (1.5-4 s each)
+
 ROOT = Path(__file__).resolve().parent.parent
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
 ONE_YEAR = 365 * 24 * 3600

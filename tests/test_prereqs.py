@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs scripts/test-prereqs and nested pytest sessions in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 PREREQS = ROOT / "scripts" / "test-prereqs"
 NO_BROWSER = "/nonexistent/chromium"

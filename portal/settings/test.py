@@ -35,6 +35,8 @@ from portal.settings.base import *  # noqa: E402, F403 - after the environment i
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"]["ENGINE"] = "tests.postgresql"  # noqa: F405 - Django's, with a flush that skips empty tables
 PORTAL_WATCH_LEASE_SECONDS = env.int("PORTAL_WATCH_LEASE_SECONDS", default=5)  # noqa: F405
 # Lets the test runner empty the append-only audit table between transactional tests (see audit 0001).
 DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c audit.allow_truncate=on"  # noqa: F405

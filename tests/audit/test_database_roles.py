@@ -26,6 +26,8 @@ from psycopg import errors, sql
 
 from audit.database import grant_statements
 
+pytestmark = pytest.mark.slow  # migrates a scratch database in a subprocess (about 10 s)
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 INSERT_EVENT = ("INSERT INTO audit_auditevent (occurred_at, actor_name, actor_kind, verb, target_type, target_id, "
                 "target_repr, data, reason, request_id, source_address, hash_version, prev_hash, hash) VALUES (now(), "

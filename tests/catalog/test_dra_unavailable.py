@@ -62,6 +62,7 @@ def test_dra_features_unavailable_without_dra(scenario, client, member):
         assert f"DRA is unavailable on this cluster: {NO_DRA}" in validated.content.decode()
 
 
+@pytest.mark.slow  # one live legacy cluster per API profile (about 3 s each)
 @pytest.mark.parametrize("scenario", ["legacy-dra-v1beta1", "legacy-dra-v1beta2", "legacy-no-events"])
 def test_dra_features_work_on_beta_and_eventless_clusters(scenario, client, member):
     OfferingFactory(**L40S)

@@ -10,6 +10,8 @@ import random
 import urllib.request
 from typing import Any
 
+import pytest
+
 from catalog.feasibility import snapshot_from_objects
 from catalog.feasibility.gang import explain_gang, gang_pods
 from kubesim.server import Simulator
@@ -111,6 +113,7 @@ def _compare(seed: int) -> tuple[bool, bool, str]:
     return result.schedulable, simulated, ""
 
 
+@pytest.mark.slow  # about 5 s
 def test_the_gang_explainer_agrees_with_the_simulators_placement_on_generated_gangs():
     outcomes = [(seed, *_compare(seed)) for seed in range(GANGS)]
     assert [diff for *_, diff in outcomes if diff] == []

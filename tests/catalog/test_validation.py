@@ -905,6 +905,7 @@ def _run_layers_without_schema(documents: list[Any], context: ValidationContext)
                 context, manifest)
 
 
+@pytest.mark.slow  # generated documents (5 s)
 def test_no_shape_of_document_makes_a_layer_raise() -> None:
     import random
 

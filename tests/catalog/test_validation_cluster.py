@@ -254,6 +254,7 @@ def _manage(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.slow  # the command in subprocesses
 def test_command_line_exit_codes_without_traceback(tmp_path: Path) -> None:
     missing = _manage(str(tmp_path / "missing.yaml"))
     assert missing.returncode == 2

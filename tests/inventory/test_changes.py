@@ -208,6 +208,7 @@ def _final(timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # about 10 s
 def test_consumer_resuming_after_crashes_ends_with_exactly_the_inventory(
     sim: Simulator, cluster: Cluster, watchers: Any,
 ) -> None:
@@ -244,6 +245,7 @@ def test_consumer_resuming_after_crashes_ends_with_exactly_the_inventory(
         assert consumer.seen.get(event), (event, consumer.seen)
 
 
+@pytest.mark.slow  # about 4 s
 def test_a_relist_that_finds_nothing_new_writes_no_events(sim: Simulator, cluster: Cluster) -> None:
     _sync_once(cluster)
     first = ChangeEvent.objects.count()

@@ -182,6 +182,7 @@ def drain(client: Any, kind: str, resource_version: str, until: int) -> list[Wat
     raise AssertionError(f"watch of {kind} did not reach resourceVersion {until}")
 
 
+@pytest.mark.slow  # three seeded churn runs, 20-30 s each
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_incremental_derivation_equals_recomputation_after_every_batch(
     sim: Simulator, cluster: Cluster, seed: int

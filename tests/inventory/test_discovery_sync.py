@@ -85,6 +85,7 @@ def _devices(cluster: Cluster) -> list[tuple]:
     )
 
 
+@pytest.mark.slow  # one live legacy cluster per API profile (about 3 s each)
 @pytest.mark.parametrize(("scenario", "version"), [("legacy-dra-v1beta1", "v1beta1"), ("legacy-dra-v1beta2", "v1beta2")])
 def test_older_dra_versions_sync_converted_and_derive_like_v1(scenario, version):
     with live_cluster(scenario, name="old") as (_, old):
@@ -160,6 +161,7 @@ def _window(cluster: Cluster, kind: str, seconds: float):
         lease.release()
 
 
+@pytest.mark.slow  # waits for discovery to change (about 3.5 s)
 @pytest.mark.parametrize("served", [("legacy-dra-v1beta1", None)], indirect=True)
 def test_watcher_of_an_unserved_kind_sleeps_until_discovery_changes(served, settings):
     sim, cluster = served
@@ -182,6 +184,7 @@ def test_watcher_of_an_unserved_kind_sleeps_until_discovery_changes(served, sett
     assert state.unavailable_reason == ""
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 3.5 s)
 @pytest.mark.parametrize("served", [("legacy-dra-v1beta1", None)], indirect=True)
 def test_a_404_rereads_discovery_and_relists_at_the_new_version(served):
     sim, cluster = served

@@ -486,6 +486,7 @@ def test_schema_generates_with_inventory_endpoints(client, member: User) -> None
 # Realistic data: the demo simulator ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 4 s
 @pytest.mark.django_db(transaction=True)
 def test_demo_simulator_inventory_through_api_and_pages(client, platform_admin: User, member: User) -> None:
     from inventory.leases import lease_backend

@@ -25,6 +25,8 @@ from inventory.services.queue_positions import POSITIONS_KIND
 from inventory.tasks import queue_positions_due_task, queue_positions_sync_task
 from tests.conftest import live_cluster
 
+pytestmark = pytest.mark.slow  # a live kubesim cluster synced for every test (about 3.5 s each)
+
 VISIBILITY = "visibility.kueue.x-k8s.io"
 KUEUE = "kueue.x-k8s.io"
 

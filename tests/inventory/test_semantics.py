@@ -226,6 +226,7 @@ def _oracle_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
     return {name: amount for name, amount in reqs.items() if amount > 0}
 
 
+@pytest.mark.slow  # 300 generated pods through every caller (7 s)
 @SETTINGS
 @given(pods())
 def test_every_caller_computes_the_same_pod_requests(pod: dict[str, Any]) -> None:

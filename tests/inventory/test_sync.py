@@ -114,6 +114,7 @@ def test_watch_applies_changes_within_seconds(sim: Simulator, cluster: Cluster, 
     assert node.raw["metadata"]["labels"]["portal.test/tag"] == "w1"
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 4 s)
 def test_restarted_watcher_resumes_from_saved_resource_version(sim: Simulator, cluster: Cluster, watchers) -> None:
     w = watchers(kinds=("pods",))
     assert_converged(sim, cluster, kinds=("pods",))
@@ -129,6 +130,7 @@ def test_restarted_watcher_resumes_from_saved_resource_version(sim: Simulator, c
     assert (state.list_id, state.relists) == (list_id, relists)  # resumed by watching, no relist
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 4 s)
 def test_410_gone_triggers_a_relist(sim: Simulator, cluster: Cluster, watchers) -> None:
     w = watchers(kinds=("pods", "nodes"))
     assert_converged(sim, cluster, kinds=("pods", "nodes"))
@@ -143,6 +145,7 @@ def test_410_gone_triggers_a_relist(sim: Simulator, cluster: Cluster, watchers) 
     _assert_tombstoned(cluster, deleted)
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 3.5 s)
 def test_expired_watch_error_event_relists(sim: Simulator, cluster: Cluster, watchers) -> None:
     watchers(kinds=("pods",))
     assert_converged(sim, cluster, kinds=("pods",))
@@ -153,6 +156,7 @@ def test_expired_watch_error_event_relists(sim: Simulator, cluster: Cluster, wat
     assert SyncState.objects.get(cluster=cluster, kind="pods").relists >= 1
 
 
+@pytest.mark.slow  # about 4 s
 def test_dropped_connections_lose_nothing(sim: Simulator, cluster: Cluster, watchers) -> None:
     watchers()
     assert_converged(sim, cluster)
@@ -163,6 +167,7 @@ def test_dropped_connections_lose_nothing(sim: Simulator, cluster: Cluster, watc
     assert_converged(sim, cluster)
 
 
+@pytest.mark.slow  # error storms with real back-off, 6-8 s each
 @pytest.mark.parametrize(("status", "retry_after"), [(500, None), (503, 1), (429, 1)])
 def test_error_storms_are_retried_until_converged(sim: Simulator, cluster: Cluster, watchers, status: int,
                                                   retry_after: int | None) -> None:
@@ -188,6 +193,7 @@ def test_retry_after_is_honoured(sim: Simulator, cluster: Cluster) -> None:
     assert info.value.status == 429
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 3.5 s)
 def test_simulator_restart_with_compaction(sim: Simulator, cluster: Cluster, watchers) -> None:
     watchers()
     assert_converged(sim, cluster)
@@ -197,6 +203,7 @@ def test_simulator_restart_with_compaction(sim: Simulator, cluster: Cluster, wat
     _assert_tombstoned(cluster, deleted)
 
 
+@pytest.mark.slow  # about 3 s
 def test_database_connections_lost_and_back(sim: Simulator, cluster: Cluster, watchers) -> None:
     watchers(kinds=("pods", "nodes"))
     assert_converged(sim, cluster, kinds=("pods", "nodes"))
@@ -214,6 +221,7 @@ def test_database_connections_lost_and_back(sim: Simulator, cluster: Cluster, wa
     assert_converged(sim, cluster, kinds=("pods", "nodes"), timeout=30)
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 3.5 s)
 def test_redis_connections_lost_and_back(sim: Simulator, cluster: Cluster, watchers, clean_redis: redis.Redis) -> None:
     watchers(kinds=("pods", "nodes"))
     assert_converged(sim, cluster, kinds=("pods", "nodes"))
@@ -337,6 +345,7 @@ def test_bad_objects_are_stored_and_flagged_without_blocking_the_batch(sim: Simu
     assert SyncIssue.objects.filter(name="anonymous", error__contains="uid").exists()
 
 
+@pytest.mark.slow  # about 6 s
 def test_live_rows_equal_simulator_after_churn(sim: Simulator, cluster: Cluster, watchers) -> None:
     watchers()
     assert_converged(sim, cluster)

@@ -43,6 +43,7 @@ def _wait_for_bookmarks(cluster: Cluster, resource_version: int, timeout: float 
     raise AssertionError(f"bookmarks did not reach {resource_version}")
 
 
+@pytest.mark.slow  # about 5 s
 def test_api_server_restore_converges_and_is_recorded(sim: Simulator, cluster: Cluster, watchers) -> None:
     w = watchers()
     assert_converged(sim, cluster)
@@ -95,6 +96,7 @@ def _window(cluster: Cluster, kind: str, client: Any, seconds: float) -> Any:
         lease.release()
 
 
+@pytest.mark.slow  # about 5 s
 def test_bookmark_below_the_saved_resource_version_relists(sim: Simulator, cluster: Cluster) -> None:
     client = client_for(cluster)
     try:
@@ -133,6 +135,7 @@ def test_relist_due_is_staggered_per_state(settings) -> None:
     assert not relist_due(state_id=1, last_list_finished_at=now - dt.timedelta(days=30), now=now)
 
 
+@pytest.mark.slow  # watch recovery with real waits (about 4 s)
 def test_periodic_relist_corrects_what_the_watch_missed(sim: Simulator, cluster: Cluster, settings) -> None:
     settings.PORTAL_SYNC_RELIST_SECONDS = 3600
     client = client_for(cluster)
@@ -220,6 +223,7 @@ def test_a_cache_outage_in_a_post_commit_hook_never_ends_a_watcher(sim: Simulato
     assert w.windows == 2  # one 30 s window per kind, never cut short
 
 
+@pytest.mark.slow  # waits out a lease on purpose (13 s)
 def test_the_lease_survives_a_long_wait_for_the_cluster_lock(sim: Simulator, cluster: Cluster) -> None:
     """On a big cluster a kind's tombstone-and-derive step queues behind other kinds' derivations on the cluster's
     change lock for longer than a lease: the lease is renewed meanwhile, the window goes on, nothing is listed twice."""

@@ -139,6 +139,7 @@ def test_restart_keeps_data_and_expires_history(fsim):
     api_client.close()
 
 
+@pytest.mark.slow  # about 4 s
 def test_churn_produces_events(fsim):
     rv = fsim.store.resource_version
     fsim.churn.start(rate_per_second=40, seed=1)

@@ -251,6 +251,7 @@ def test_watch_bookmarks_and_timeout(sim):
     }
 
 
+@pytest.mark.slow  # about 11 s of watch windows
 def test_closing_bookmark_never_skips_undelivered_events(sim):
     """A watch that times out while events are still queued for it must not end with a bookmark past them: a client
     resuming from that bookmark would never see those events (the sync engine saves bookmark resourceVersions)."""

@@ -86,6 +86,7 @@ def test_kinds_come_in_creation_order(scenario):
     assert ranks == sorted(ranks)
 
 
+@pytest.mark.slow  # builds the large scenario (9 s)
 def test_objects_are_complete_and_json_round_trip(scenario):
     for o in scenario:
         assert o["apiVersion"] in ("v1", "resource.k8s.io/v1", "kueue.x-k8s.io/v1beta2")

@@ -45,6 +45,7 @@ def test_privileged_refused_without_admission_policies(member):
         assert not AccessRequest.objects.exists()
 
 
+@pytest.mark.slow  # one live legacy cluster per API profile (about 3 s each)
 @pytest.mark.parametrize("scenario", ["legacy-dra-v1beta1", "legacy-dra-v1beta2"])
 def test_admin_access_works_on_beta_dra_and_is_refused_after_a_downgrade(scenario, member):
     with live_cluster(scenario, name="beta") as (sim, cluster):

@@ -27,6 +27,7 @@ STATED = {
 }
 
 
+@pytest.mark.slow  # one live legacy cluster per API profile (about 3 s each)
 @pytest.mark.parametrize("scenario", sorted(STATED))
 def test_every_page_renders_on_legacy_clusters(scenario, client, platform_admin, member):
     OfferingFactory(slug="l40s", unit_kind="dra-device", device_class_name="gpu.nvidia.com")
