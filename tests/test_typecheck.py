@@ -44,6 +44,10 @@ def test_planted_type_errors_fail_mypy_except_in_the_baseline(tmp_path: Path) ->
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "templates",
                                                                                           "static", "fixtures"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    # django-stubs loads portal.settings.test, whose database ENGINE is the tests' own backend
+    shutil.copytree(ROOT / "tests" / "postgresql", tmp_path / "tests" / "postgresql",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "tests" / "__init__.py", tmp_path / "tests" / "__init__.py")
     _, baseline = _overrides()
     planted = {
         "inventory/k8s/semantics/values.py": "def planted_untyped(x):\n    return x\n",  # strict: needs annotations
