@@ -91,6 +91,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if slow_fixtures(item):
             item.add_marker(pytest.mark.slow)
+    unique_node_ids(items)
+
+
+def unique_node_ids(items: list[pytest.Item]) -> None:
+    """Every test's node id must be its own: pytest-xdist schedules by node id, and with `--dist loadfile` tests that
+    share one run only once (the first), silently. Schemathesis names its items `test[GET /path]` but leaves their
+    node id at the bare function's: give them the parent's id and their name, as pytest's own parametrize does. Any
+    other duplicate stops the run with the ids."""
+    for item in items:
+        label = getattr(item, "operation_label", None)  # schemathesis.pytest.plugin.SchemathesisFunction
+        if label and item.nodeid.endswith(f"::{item.originalname}"):  # type: ignore[attr-defined]
+            item._id = item._id.with_params(label)  # pytest 9's structured node id: the params part
+    seen: set[str] = set()
+    duplicates = sorted({item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)})
+    if duplicates:
+        raise pytest.UsageError(f"{len(duplicates)} test node ids are not unique (pytest-xdist would run each once): "
+                                + ", ".join(duplicates[:5]))
 
 
 # pytest-xdist (`make test` runs with -n): the controller migrates one template database before the workers start,

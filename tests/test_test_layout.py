@@ -135,3 +135,16 @@ def test_the_fast_lane_leaves_out_slow_browser_and_chaos_tests() -> None:
 ])
 def test_a_module_ruled_out_as_a_whole_by_its_marks_is_not_imported(module: str, markexpr: str, ignored: bool) -> None:
     assert module_ruled_out(TESTS / module, markexpr) is ignored
+
+
+def test_duplicate_node_ids_stop_the_run_and_schemathesis_items_get_their_operation() -> None:
+    """pytest-xdist with --dist loadfile runs tests sharing a node id once: the collection hook refuses duplicates
+    (here two fakes), and the API fuzzer's items each carry their operation in their id."""
+    from types import SimpleNamespace
+
+    from tests.conftest import unique_node_ids
+
+    twins = [SimpleNamespace(nodeid="tests/test_x.py::test_a"), SimpleNamespace(nodeid="tests/test_x.py::test_a")]
+    with pytest.raises(pytest.UsageError, match="not unique"):
+        unique_node_ids(twins)  # type: ignore[arg-type]
+    unique_node_ids([SimpleNamespace(nodeid="tests/test_x.py::test_a")])  # type: ignore[list-item]
