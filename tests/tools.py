@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import pytest
 
@@ -47,3 +48,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                                    red=True, bold=True)
         for report in skipped[:20]:
             terminalreporter.write_line(f"  {report.nodeid}")
+
+
+def body(response: Any) -> bytes:
+    """A test client response's body, streamed (StreamingHttpResponse: the FOCUS and audit exports) or not."""
+    return b"".join(response.streaming_content) if getattr(response, "streaming", False) else response.content

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -39,6 +40,31 @@ def spreadsheet_safe(value: Any) -> Any:
     return text
 
 
+def _writer(out: io.StringIO) -> Any:
+    # RFC 4180 line ends: the writer quotes a field that contains any character of the line terminator, so with
+    # "\r\n" a carriage return inside a cell is quoted too (with "\n" alone it was not, and split the row).
+    return csv.writer(out, lineterminator="\r\n")
+
+
+def csv_stream(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], *, batch: int = 500) -> Iterator[bytes]:
+    """The header and the rows as CSV bytes, a batch of rows at a time (for a StreamingHttpResponse): the same cells
+    as CSVRenderer, never the whole document in memory."""
+    out = io.StringIO()
+    writer = _writer(out)
+    writer.writerow([spreadsheet_safe(column) for column in columns])
+    pending = 1
+    for row in rows:
+        writer.writerow([spreadsheet_safe(row.get(column, "")) for column in columns])
+        pending += 1
+        if pending >= batch:
+            yield out.getvalue().encode()
+            out.seek(0)
+            out.truncate()
+            pending = 0
+    if pending:
+        yield out.getvalue().encode()
+
+
 class CSVRenderer(BaseRenderer):
     """Rows (a list of dicts, or {"rows": [...]}) as CSV with a header; other payloads (errors) as `detail` lines.
     Every cell, the header included, goes through `spreadsheet_safe`."""
@@ -50,9 +76,7 @@ class CSVRenderer(BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
         rows = data.get("rows") if isinstance(data, dict) and "rows" in data else data
         out = io.StringIO()
-        # RFC 4180 line ends: the writer quotes a field that contains any character of the line terminator, so with
-        # "\r\n" a carriage return inside a cell is quoted too (with "\n" alone it was not, and split the row).
-        writer = csv.writer(out, lineterminator="\r\n")
+        writer = _writer(out)
         # No rows: the view's `csv_header` alone (an empty body would also lose its Content-Type in DRF).
         header = getattr((renderer_context or {}).get("view"), "csv_header", ())
         if isinstance(rows, list) and ((rows and isinstance(rows[0], dict)) or (not rows and header)):

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -318,8 +318,9 @@ class Scope:
         return cls(False, set(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace")))
 
 
-def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str | None,
-               tenant: str | None) -> list[dict[str, Any]]:
+def _interval_query(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str | None,
+                    tenant: str | None) -> QuerySet[AllocationInterval] | None:
+    """The intervals overlapping [start, end) that the scope covers; None when it covers no namespace."""
     rows = AllocationInterval.objects.filter(started_at__lt=end).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     if cluster:
@@ -329,7 +330,7 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
         scope = Scope(False, set(owned) if scope.everything else scope.namespaces & set(owned))
     if not scope.everything:
         if not scope.namespaces:
-            return []
+            return None
         condition = Q(pk__in=[])
         by_cluster: dict[int, list[str]] = defaultdict(list)
         for cluster_id, namespace in scope.namespaces:
@@ -337,28 +338,40 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
         for cluster_id, namespaces in by_cluster.items():
             condition |= Q(cluster_id=cluster_id, namespace__in=namespaces)
         rows = rows.filter(condition)
-    columns = ("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name", "node_name", "resource",
-               "quantity", "share", "admin_access")
+    return rows
+
+
+_COLUMNS = ("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name", "node_name", "resource", "quantity",
+            "share", "admin_access")
+
+
+def _read(rows: QuerySet[AllocationInterval]) -> Iterator[dict[str, Any]]:
+    """The rows (already ordered and sliced by the caller) as dicts, in one pass."""
     if connection.vendor != "postgresql":
-        return list(rows.order_by("id").values(*columns, "started_at", "ended_at"))
+        yield from rows.values(*_COLUMNS, "started_at", "ended_at")
+        return
     # Parsing 400,000 timestamptz values dominates a month of `large`: read them as epoch microseconds instead
     # (constant SQL, no input in it).
     started_us = RawSQL("(EXTRACT(EPOCH FROM started_at) * 1000000)::bigint", ())
     ended_us = RawSQL("(EXTRACT(EPOCH FROM ended_at) * 1000000)::bigint", ())
-    found = []
-    for row in rows.order_by("id").values(*columns, started_us=started_us, ended_us=ended_us).iterator(
-            chunk_size=5000):
+    for row in rows.values(*_COLUMNS, started_us=started_us, ended_us=ended_us).iterator(chunk_size=5000):
         row["started_at"] = EPOCH + dt.timedelta(microseconds=row.pop("started_us"))
         ended = row.pop("ended_us")
         row["ended_at"] = None if ended is None else EPOCH + dt.timedelta(microseconds=ended)
-        found.append(row)
-    return found
+        yield row
 
 
-def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int]) -> dict[int, list[tuple[dt.datetime,
-                                                                                                    float]]]:
+def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str | None,
+               tenant: str | None) -> list[dict[str, Any]]:
+    rows = _interval_query(start, end, scope, cluster, tenant)
+    return [] if rows is None else list(_read(rows.order_by("id")))
+
+
+def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int], *, narrow: bool = False
+               ) -> dict[int, list[tuple[dt.datetime, float]]]:
     """Per interval, its measured hours and the busy fraction (sample-weighted mean engine activity of the DCGM
-    entities it held). Hours without rollups, or whose reads were NaN, are absent: never guessed."""
+    entities it held). Hours without rollups, or whose reads were NaN, are absent: never guessed. `narrow`: the
+    query itself selects the intervals (a chunk of a stream), instead of reading the window's rollups once."""
     from django.db.models import F, Sum
 
     from portal.telemetry.models import UtilizationRollup
@@ -369,6 +382,8 @@ def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int]) -> 
     rows = UtilizationRollup.objects.filter(hour__gte=_floor(start, "hour"), hour__lt=end, interval__isnull=False,
                                             util_mean__isnull=False, samples__gt=0).values(
         "interval_id", "hour").annotate(weighted=Sum(F("util_mean") * F("samples")), samples=Sum("samples"))
+    if narrow:
+        rows = rows.filter(interval_id__in=sorted(interval_ids))
     for row in rows.iterator(chunk_size=5000):
         if row["interval_id"] in interval_ids and row["samples"]:
             out[row["interval_id"]].append((row["hour"], min(1.0, max(0.0, row["weighted"] / row["samples"]))))
@@ -398,16 +413,21 @@ def _efficiency(piece: Piece, hours: list[tuple[dt.datetime, float]]) -> None:
 def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, cluster: str | None = None,
            tenant: str | None = None, now: dt.datetime | None = None) -> list[Piece]:
     """Every priced piece of every interval overlapping [start, end) that the scope covers."""
-    now = now or timezone.now()
     intervals = _intervals(start, end, scope, cluster, tenant)
+    return _priced(intervals, start, end, buckets(start, end, step), now or timezone.now(),
+                   busy_hours(start, end, {i["id"] for i in intervals}))
+
+
+def _priced(intervals: list[dict[str, Any]], start: dt.datetime, end: dt.datetime,
+            steps: list[tuple[dt.datetime, dt.datetime]], now: dt.datetime,
+            busy: dict[int, list[tuple[dt.datetime, float]]]) -> list[Piece]:
+    """The priced pieces of `intervals` (clipped to [start, end) and to now) in the step periods `steps`."""
     offering_of = mappings(_mapping_key(i) for i in intervals)
     offerings = {o.pk: o.slug for o in Offering.objects.filter(pk__in={v for v in offering_of.values() if v})}
     periods = price_periods(offerings)
     clusters = dict(Cluster.objects.values_list("pk", "name"))
     owners = {(cid, ns): (slug, cc) for cid, ns, slug, cc in TenantNamespace.objects.values_list(
         "cluster_id", "namespace", "tenant__slug", "tenant__cost_center")}
-    steps = buckets(start, end, step)
-    busy = busy_hours(start, end, {i["id"] for i in intervals})
     out: list[Piece] = []
     append, quantize, zero = out.append, Decimal.quantize, Decimal(0)
     for interval in intervals:
@@ -553,3 +573,31 @@ def focus_rows(all_pieces: list[Piece]) -> list[dict[str, Any]]:
         row["BillingCurrency"] = row["BillingCurrency"] or piece.currency
         row["x_unpriced"] = row["x_unpriced"] or piece.unpriced
     return [rows[k] for k in sorted(rows, key=lambda k: (k[1], k[0]))]
+
+
+STREAM_CHUNK = 5000
+
+
+def focus_stream(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, cluster: str | None = None,
+                 tenant: str | None = None, now: dt.datetime | None = None,
+                 chunk: int = STREAM_CHUNK) -> Iterator[dict[str, Any]]:
+    """`focus_rows(pieces(...))`, row for row and in the same order (step period, then interval), produced a chunk of
+    intervals at a time: memory stays bounded by `chunk` however long the window or large the fleet. Each step period
+    reads its overlapping intervals by ascending id in pages (keyset, no open cursor while the client reads)."""
+    now = now or timezone.now()
+    query = _interval_query(start, end, scope, cluster, tenant)
+    if query is None:
+        return
+    for period_start, period_end in buckets(start, end, step):
+        in_period = query.filter(started_at__lt=period_end).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=period_start))
+        after = 0
+        while True:
+            intervals = list(_read(in_period.filter(id__gt=after).order_by("id")[:chunk]))
+            if not intervals:
+                break
+            after = intervals[-1]["id"]
+            busy = busy_hours(period_start, period_end, {i["id"] for i in intervals}, narrow=True)
+            yield from focus_rows(_priced(intervals, start, end, [(period_start, period_end)], now, busy))
+            if len(intervals) < chunk:
+                break

@@ -14,6 +14,7 @@ from inventory.redaction import NodeNameRedactor, node_pseudonym
 from portal.tenancy.roles import Role
 from tests.apitokens.conftest import bearer, make_token
 from tests.conftest import make_user
+from tests.tools import body
 
 TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")
 
@@ -48,8 +49,8 @@ def test_api_answers_carry_pseudonyms_not_node_names(live_demo, settings) -> Non
 
     for path in _endpoints():
         response = client.get(path)
-        assert response.status_code == 200, (path, response.status_code, response.content[:300])
-        leaked = _names_in(response.content.decode(), names)
+        assert response.status_code == 200, (path, response.status_code, body(response)[:300])
+        leaked = _names_in(body(response).decode(), names)
         assert not leaked, (path, sorted(leaked)[:5])
 
     # Stable pseudonyms that keep relations: every device's node is one of the nodes' pseudonyms, and the CMDB's

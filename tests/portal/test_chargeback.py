@@ -24,6 +24,7 @@ from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory
 from tests.portal.factories import give_namespaces
+from tests.tools import body
 
 UTC = dt.UTC
 NOV, DEC = dt.datetime(2026, 11, 1, tzinfo=UTC), dt.datetime(2026, 12, 1, tzinfo=UTC)
@@ -205,7 +206,7 @@ def test_api_json_csv_detail_focus_and_scoping(books) -> None:
 
     focus = _api(finance).get("/api/v1/chargeback/focus/", {"window": params["window"]})
     assert focus["Content-Type"].startswith("text/csv")
-    lines = list(csv.DictReader(io.StringIO(focus.content.decode())))
+    lines = list(csv.DictReader(io.StringIO(body(focus).decode())))
     assert set(cb.FOCUS_COLUMNS) == set(lines[0])
     assert sum(Decimal(r["BilledCost"]) for r in lines) == Decimal("2619.50")
     admin = [r for r in lines if r["x_namespace"] == "gpu-admin"]
@@ -224,6 +225,52 @@ def test_api_json_csv_detail_focus_and_scoping(books) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("chunk", [1, 3, cb.STREAM_CHUNK])
+@pytest.mark.parametrize("step", ["day", "month"])
+def test_the_focus_stream_is_the_reports_rows_in_the_reports_order(books, step: str, chunk: int) -> None:
+    """focus_stream reads a chunk of intervals at a time (keyset pages per step period); whatever the chunk, it yields
+    exactly focus_rows(pieces(...)): every row, every cent, the same order, under every scope and filter."""
+    member = make_user("ml-stream")
+    give_namespaces(member, books, "ml-research", tenant_slug="ml-research")
+    scopes = {"everything": cb.Scope(True, set()), "ml-research": cb.Scope.for_user(member),
+              "nothing": cb.Scope(False, set())}
+    for name, scope in scopes.items():
+        for filters in ({}, {"tenant": "vision"}, {"cluster": "prod"}, {"cluster": "elsewhere"}):
+            expected = cb.focus_rows(cb.pieces(NOV, DEC, step=step, scope=scope, now=NOW, **filters))
+            streamed = list(cb.focus_stream(NOV, DEC, step=step, scope=scope, now=NOW, chunk=chunk, **filters))
+            assert streamed == expected, (name, filters)
+    assert len(list(cb.focus_stream(NOV, DEC, step=step, scope=scopes["everything"], now=NOW, chunk=chunk))) >= 8
+
+
+def test_the_streamed_focus_export_is_byte_for_byte_what_the_renderers_wrote(books) -> None:
+    """The export streams; its CSV and JSON bodies are the bytes DRF's renderers produced from the whole list."""
+    from rest_framework.renderers import JSONRenderer
+
+    from portal.chargeback.api import FocusExportView
+    from portal.chargeback.csv_export import CSVRenderer
+
+    AllocationInterval.objects.filter(name="open-1").delete()  # priced up to the real clock over HTTP
+    client = _api(make_user("fin-stream", Role.FINANCE))
+    rows = cb.focus_rows(cb.pieces(NOV, DEC, step="day", scope=cb.Scope(True, set())))
+    query = {"window": "2026-11-01,2026-12-01", "step": "day"}
+
+    as_csv = client.get("/api/v1/chargeback/focus/", query)
+    assert as_csv.streaming
+    assert as_csv["Content-Type"] == "text/csv; charset=utf-8"
+    assert as_csv["Content-Disposition"] == 'attachment; filename="focus-20261101-20261201.csv"'
+    assert body(as_csv) == CSVRenderer().render(rows, renderer_context={"view": FocusExportView()})
+    as_json = client.get("/api/v1/chargeback/focus/", {**query, "format": "json"})
+    assert as_json.streaming
+    assert as_json["Content-Type"] == "application/json"
+    assert body(as_json) == JSONRenderer().render(rows)
+    empty = client.get("/api/v1/chargeback/focus/", {"window": "2020-01-01,2020-02-01"})
+    assert body(empty).decode().splitlines() == [",".join(cb.FOCUS_COLUMNS)]
+    assert body(client.get("/api/v1/chargeback/focus/", {"window": "2020-01-01,2020-02-01", "format": "json"})) == b"[]"
+    refused = client.get("/api/v1/chargeback/focus/", {"window": "2026-12-01,2026-11-01"})
+    assert refused.status_code == 400
+    assert not refused.streaming
+
+
 def test_sync_restarts_and_relists_never_double_count(live_demo) -> None:
     """The demo synced, priced; then a second full sync (relist), a simulator restart with compaction (410 →
     relist) and replayed derivation: the same pieces, to the microsecond and the cent."""
@@ -315,17 +362,18 @@ def test_every_csv_export_neutralises_formulas(books) -> None:
         "detail": _api(finance).get("/api/v1/chargeback/", {**window, "detail": "intervals", "format": "csv"}),
         "focus": _api(finance).get("/api/v1/chargeback/focus/", window),
     }
+    assert {name: response.status_code for name, response in exports.items()} == dict.fromkeys(exports, 200)
+    bodies = {name: body(response) for name, response in exports.items()}  # a streamed body is read once
     number = re.compile(r"[+-]?\d+(\.\d+)?")
-    for name, response in exports.items():
-        assert response.status_code == 200, (name, response.content)
-        cells = _cells(response.content)
+    for name in exports:
+        cells = _cells(bodies[name])
         dangerous = [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r")) and not number.fullmatch(c)]
         assert dangerous == [], name
         for value in FORMULAS[:3] if name == "detail" else FORMULAS:
             if name == "focus" and value in FORMULAS[:3]:
                 continue  # FOCUS names the tenant in x_tenant, checked below
             assert "'" + value in cells, (name, value)
-    focus_cells = _cells(exports["focus"].content)
+    focus_cells = _cells(bodies["focus"])
     assert {"'" + value for value in FORMULAS} <= set(focus_cells)
 
 

@@ -21,6 +21,7 @@ from tests.catalog.factories import OfferingFactory
 from tests.conftest import make_user
 from tests.inventory.factories import ClusterFactory, NodeFactory
 from tests.portal.factories import give_namespaces
+from tests.tools import body
 
 UTC = dt.UTC
 START = dt.datetime(2026, 11, 10, tzinfo=UTC)
@@ -79,7 +80,7 @@ def test_api_csv_and_focus_carry_idle_cost(books) -> None:
     lines = list(csv.DictReader(io.StringIO(client.get("/api/v1/chargeback/", {**window, "format": "csv"})
                                             .content.decode())))
     assert lines[0]["idle_cost"] == "7.200000"
-    focus = list(csv.DictReader(io.StringIO(client.get("/api/v1/chargeback/focus/", window).content.decode())))
+    focus = list(csv.DictReader(io.StringIO(body(client.get("/api/v1/chargeback/focus/", window)).decode())))
     assert focus[0]["x_idle_cost"] == "7.200000"
     assert focus[0]["x_used_cost"] == "8.800000"
     assert focus[0]["x_measured_quantity"] == "4.000000"
