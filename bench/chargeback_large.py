@@ -80,8 +80,8 @@ def _prices_and_tenants(conn: psycopg.Connection) -> None:
         DELETE FROM portal_chargemapping;
         DELETE FROM portal_tenantnamespace;
         DELETE FROM portal_tenant WHERE slug LIKE 'bench-%%';
-        INSERT INTO portal_tenant (slug, name, cost_center, created_at)
-        SELECT 'bench-' || n, 'Bench ' || n, 'CC-' || n, now() FROM generate_series(1, 20) AS n;
+        INSERT INTO portal_tenant (slug, name, cost_center, quota_target, created_at)
+        SELECT 'bench-' || n, 'Bench ' || n, 'CC-' || n, 'resourcequota', now() FROM generate_series(1, 20) AS n;
     """)
     conn.execute("""
         INSERT INTO portal_tenantnamespace (tenant_id, cluster_id, namespace, source)

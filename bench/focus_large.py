@@ -73,15 +73,14 @@ def _run(env: dict[str, str], mode: str, window: str) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default="portal_bench_chargeback")
-    parser.add_argument("--reuse", action="store_true", help="Reuse the database bench/chargeback_large.py filled.")
+    parser.add_argument("--reuse", action="store_true", help="Reuse an already synced database (e.g. bench/chargeback_large.py's).")
     args = parser.parse_args()
     env = large_database(args.db, reuse=args.reuse)
-    if not args.reuse:
-        subprocess.run([PY, "manage.py", "catalog_refresh", "--discover", "--no-capacity"], cwd=ROOT, env=env,
-                       check=True, capture_output=True)
-        with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
-            _prices_and_tenants(conn)
-            _history(conn)
+    subprocess.run([PY, "manage.py", "catalog_refresh", "--discover", "--no-capacity"], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:  # idempotent: both replace what they add
+        _prices_and_tenants(conn)
+        _history(conn)
     with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
         intervals = conn.execute("SELECT count(*) FROM inventory_allocationinterval").fetchone()[0]
     print(f"{intervals} allocation intervals", flush=True)
