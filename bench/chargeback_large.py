@@ -56,9 +56,9 @@ def _history(conn: psycopg.Connection) -> None:
     conn.execute("""
         INSERT INTO inventory_allocationinterval
             (cluster_id, holder_kind, holder_uid, namespace, name, node_name, resource, quantity, admin_access,
-             started_at, ended_at, updated_at)
+             consumed_capacity, share, started_at, ended_at, updated_at)
         SELECT i.cluster_id, i.holder_kind, i.holder_uid || '~h' || d, i.namespace, i.name || '-' || d, i.node_name,
-               i.resource, i.quantity, i.admin_access,
+               i.resource, i.quantity, i.admin_access, i.consumed_capacity, i.share,
                %(start)s::timestamptz + make_interval(days => d, hours => (i.id %% 24)::int),
                %(start)s::timestamptz + make_interval(days => d, hours => (i.id %% 24)::int + 1 + (i.id %% 36)::int),
                now()
