@@ -50,9 +50,9 @@ def large() -> list[dict]:
     return load_scenario("large")
 
 
-@pytest.fixture(params=["demo", "large"], scope="module")
-def scenario(request, demo, large) -> list[dict]:
-    return demo if request.param == "demo" else large
+@pytest.fixture(params=["demo", pytest.param("large", marks=pytest.mark.slow)], scope="module")  # large: ~7 s to build
+def scenario(request) -> list[dict]:
+    return request.getfixturevalue(request.param)  # only the one asked for is built
 
 
 def by_kind(objs: list[dict], kind: str) -> list[dict]:
