@@ -8,6 +8,9 @@ import contextlib
 import itertools
 import os
 import re
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -110,44 +113,75 @@ def unique_node_ids(items: list[pytest.Item]) -> None:
                                 + ", ".join(duplicates[:5]))
 
 
-# pytest-xdist (`make test` runs with -n): the controller migrates one template database before the workers start,
-# and every worker's test database is a PostgreSQL copy of it (CREATE DATABASE ... TEMPLATE) instead of a migration
-# run of its own (about 12 s of CPU each on these two cores). Without -n nothing changes.
+# pytest-xdist (`make test` runs with -n): the controller migrates one template database while the workers start and
+# collect, and every worker's test database is a PostgreSQL copy of it (CREATE DATABASE ... TEMPLATE) instead of a
+# migration run of its own (about 12 s of CPU each on these two cores). A worker waits for the template's "ready" file
+# before copying it. Without -n nothing changes.
 TEMPLATE_VARIABLE = "PORTAL_TEST_DB_TEMPLATE"
+TEMPLATE_READY_VARIABLE = "PORTAL_TEST_DB_TEMPLATE_READY"
+_template_builder = pytest.StashKey[threading.Thread]()
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not _xdist_controller(session.config):
-        return
+def _build_template(config: pytest.Config, template: str, ready: Path) -> None:
     from django.conf import settings
     from django.db import connections
     from pytest_django.plugin import blocking_manager_key
 
     database = settings.DATABASES["default"]
     name, test = database["NAME"], database.setdefault("TEST", {})
-    template = f"test_{name}_template"
     before = dict(test)
     test["NAME"] = template
-    connection = connections["default"]
+    connection = connections["default"]  # this thread's own
     try:
-        with session.config.stash[blocking_manager_key].unblock():
+        with config.stash[blocking_manager_key].unblock():
             connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    except BaseException as error:
+        ready.write_text(f"the template database could not be built: {error!r}")
+        raise
     finally:
         connection.close()
         database["NAME"] = connection.settings_dict["NAME"] = name
         test.clear()
         test.update(before)
-    os.environ[TEMPLATE_VARIABLE] = template  # the workers, started after this hook, inherit it
+    ready.write_text("ok")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _xdist_controller(session.config):
+        return
+    from django.conf import settings
+
+    template = f"test_{settings.DATABASES['default']['NAME']}_template"
+    ready = Path(tempfile.mkdtemp(prefix="portal-test-template-")) / "ready"
+    os.environ[TEMPLATE_VARIABLE] = template  # the workers, started after this hook, inherit both
+    os.environ[TEMPLATE_READY_VARIABLE] = str(ready)
+    builder = threading.Thread(target=_build_template, args=(session.config, template, ready), daemon=True,
+                               name="test-db-template")
+    builder.start()
+    session.config.stash[_template_builder] = builder
+
+
+def _wait_for_template(ready: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready.exists() or not ready.read_text():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no template database after {timeout:.0f} s ({ready} never appeared)")
+        time.sleep(0.2)
+    if ready.read_text() != "ok":
+        raise RuntimeError(ready.read_text())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     template = os.environ.get(TEMPLATE_VARIABLE)
     if not template or not _xdist_controller(session.config):
         return
+    builder = session.config.stash.get(_template_builder, None)
+    if builder is not None:
+        builder.join(timeout=600)
     import psycopg
     from django.conf import settings
     from psycopg import sql
@@ -167,6 +201,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     if template and hasattr(request.config, "workerinput"):
         from django.conf import settings
 
+        _wait_for_template(Path(os.environ[TEMPLATE_READY_VARIABLE]))
         settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = template
 
 

@@ -52,6 +52,7 @@ def test_settings_fail_fast_without_a_secret() -> None:
     assert "DJANGO_SECRET_KEY" in result.stderr
 
 
+@pytest.mark.slow  # Django in a subprocess (about 3 s)
 def test_check_deploy_is_clean_under_production_settings() -> None:
     # The audit checkpoint key, the field-encryption keys and the metrics token are part of a production
     # configuration: without them check --deploy warns (audit.W001, inventory.W001, portal.W001;

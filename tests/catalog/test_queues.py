@@ -24,7 +24,8 @@ from kubesim import Simulator
 from tests.catalog.factories import OfferingFactory
 from tests.portal.factories import give_namespaces
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.slow]  # a live Kueue cluster synced for every test (about 2 s each)
 FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
 POOL = "kubesim.io/node-pool"
 

@@ -130,6 +130,7 @@ def test_cluster_without_events_api_syncs_core_events(served, platform_admin, cl
     assert "events.k8s.io not served on this cluster (Kubernetes 1.35); Events are read from core/v1" in page
 
 
+@pytest.mark.slow  # one live cluster per API profile (about 2 s each)
 @pytest.mark.parametrize(
     ("served", "expected"),
     [

@@ -201,6 +201,7 @@ def test_namespaces_carry_their_name_label(sim, api_client):
 
 
 # ------------------------------------------------------------------------------------------------ policies
+@pytest.mark.slow  # watch windows (about 2.5 s)
 def test_policies_list_watch_and_status(sim, api_client):
     api = kubernetes.client.AdmissionregistrationV1Api(api_client)
     rv = api.list_validating_admission_policy().metadata.resource_version

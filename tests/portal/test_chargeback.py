@@ -270,6 +270,7 @@ def test_the_streamed_focus_export_is_byte_for_byte_what_the_renderers_wrote(boo
     assert not refused.streaming
 
 
+@pytest.mark.slow  # syncs the demo cluster live, twice (about 6 s)
 def test_sync_restarts_and_relists_never_double_count(live_demo) -> None:
     """The demo synced, priced; then a second full sync (relist), a simulator restart with compaction (410 →
     relist) and replayed derivation: the same pieces, to the microsecond and the cent."""
