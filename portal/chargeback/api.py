@@ -221,10 +221,14 @@ def _json_array(rows: Iterable[dict[str, Any]], *, batch: int = 500) -> Iterator
         parts.append(text if first else "," + text)
         first = False
         if len(parts) >= batch:
-            yield "".join(parts).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+            yield _javascript_safe("".join(parts))
             parts = []
     parts.append("]")
-    yield "".join(parts).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+    yield _javascript_safe("".join(parts))
+
+
+def _javascript_safe(text: str) -> bytes:
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()  # as JSONRenderer does
 
 
 def _attachment(response: Any, name: str) -> Any:

@@ -415,19 +415,32 @@ def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, clu
     """Every priced piece of every interval overlapping [start, end) that the scope covers."""
     intervals = _intervals(start, end, scope, cluster, tenant)
     return _priced(intervals, start, end, buckets(start, end, step), now or timezone.now(),
-                   busy_hours(start, end, {i["id"] for i in intervals}))
+                   busy_hours(start, end, {i["id"] for i in intervals}), _Names.load())
+
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """What a piece names besides its offering: cluster names, and each namespace's tenant and cost centre. Read
+    once per report or stream, not per page."""
+
+    clusters: dict[int, str]
+    owners: dict[tuple[int, str], tuple[str, str]]
+
+    @classmethod
+    def load(cls) -> _Names:
+        return cls(dict(Cluster.objects.values_list("pk", "name")),
+                   {(cid, ns): (slug, cc) for cid, ns, slug, cc in TenantNamespace.objects.values_list(
+                       "cluster_id", "namespace", "tenant__slug", "tenant__cost_center")})
 
 
 def _priced(intervals: list[dict[str, Any]], start: dt.datetime, end: dt.datetime,
             steps: list[tuple[dt.datetime, dt.datetime]], now: dt.datetime,
-            busy: dict[int, list[tuple[dt.datetime, float]]]) -> list[Piece]:
+            busy: dict[int, list[tuple[dt.datetime, float]]], names: _Names) -> list[Piece]:
     """The priced pieces of `intervals` (clipped to [start, end) and to now) in the step periods `steps`."""
     offering_of = mappings(_mapping_key(i) for i in intervals)
     offerings = {o.pk: o.slug for o in Offering.objects.filter(pk__in={v for v in offering_of.values() if v})}
     periods = price_periods(offerings)
-    clusters = dict(Cluster.objects.values_list("pk", "name"))
-    owners = {(cid, ns): (slug, cc) for cid, ns, slug, cc in TenantNamespace.objects.values_list(
-        "cluster_id", "namespace", "tenant__slug", "tenant__cost_center")}
+    clusters, owners = names.clusters, names.owners
     out: list[Piece] = []
     append, quantize, zero = out.append, Decimal.quantize, Decimal(0)
     for interval in intervals:
@@ -588,6 +601,7 @@ def focus_stream(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scop
     query = _interval_query(start, end, scope, cluster, tenant)
     if query is None:
         return
+    names = _Names.load()
     for period_start, period_end in buckets(start, end, step):
         in_period = query.filter(started_at__lt=period_end).filter(
             Q(ended_at__isnull=True) | Q(ended_at__gt=period_start))
@@ -598,6 +612,6 @@ def focus_stream(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scop
                 break
             after = intervals[-1]["id"]
             busy = busy_hours(period_start, period_end, {i["id"] for i in intervals}, narrow=True)
-            yield from focus_rows(_priced(intervals, start, end, [(period_start, period_end)], now, busy))
+            yield from focus_rows(_priced(intervals, start, end, [(period_start, period_end)], now, busy, names))
             if len(intervals) < chunk:
                 break
