@@ -7,6 +7,11 @@ again as closed intervals of 1-36 hours (about 10 times the live intervals). The
 `window=<month>&aggregate=tenant,offering&step=month` (pieces, aggregation, totals) in a fresh process, and checks
 that the totals by tenant and by offering equal the overall total.
 
+Then, in a second fresh process, the hourly rollups (portal/chargeback/rollups.py): the backfill of every hour since
+the first interval, a check that the month's report read from them equals the engine's to the last decimal, and the
+server time (in-process Django test client, no network) of the chargeback page and the aggregate API, first request
+and p50/p99 over --page-runs requests each.
+
     .venv/bin/python bench/chargeback_large.py [--reuse]
 """
 
@@ -47,6 +52,54 @@ total = sum(t["cost"] for t in totals)
 assert by_tenant == by_offering == total, (by_tenant, by_offering, total)
 print(json.dumps({"seconds": [round(r, 2) for r in runs], "pieces": len(found), "rows": len(rows),
                   "total_cost": str(total), "totals_equal": True}))
+"""
+
+
+ROLLUPS = """
+import json, time, statistics, datetime as dt, django
+django.setup()
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from portal.chargeback import rollups, services as cb
+from portal.models import ChargeRollup, ChargeRollupDay
+from portal.tenancy.roles import Role
+
+t0 = time.perf_counter()
+state = rollups.refresh()  # the backfill: every hour since the first interval, once
+backfill = time.perf_counter() - t0
+start, end = cb.parse_window("2026-11-01,2026-12-01")
+everything = cb.Scope(True, set())
+found = cb.pieces(start, end, step="month", scope=everything, now=state.as_of)
+read = rollups.read(start, end, step="month", scope=everything, state=state)
+for dimensions in (("tenant", "offering"), ("tenant",), ("namespace",), ()):
+    assert rollups.report_rows(read, dimensions) == cb.aggregate(found, dimensions), dimensions
+assert rollups.totals(read) == cb.totals(found)
+finance = User.objects.filter(username="bench-finance").first() or User.objects.create_user("bench-finance")
+finance.groups.add(Group.objects.get_or_create(name=Role.FINANCE.value)[0])
+tenant_slug = "bench-3"
+client = Client()
+client.force_login(finance)
+urls = {
+    "chargeback page, November, all tenants": "/chargeback/?month=2026-11",
+    "chargeback page, November, one tenant": "/chargeback/?month=2026-11&tenant=" + tenant_slug,
+    "chargeback page, this month (rollups + the current hour)": "/chargeback/",
+    "API month, tenant x offering": "/api/v1/chargeback/?window=2026-11-01,2026-12-01&aggregate=tenant,offering",
+    "API month by day, namespace": "/api/v1/chargeback/?window=2026-11-01,2026-12-01&aggregate=namespace&step=day",
+    "API month by hour, tenant": "/api/v1/chargeback/?window=2026-11-01,2026-12-01&aggregate=tenant&step=hour",
+}
+timings = {}
+for label, url in urls.items():
+    runs = []
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        runs.append(time.perf_counter() - t0)
+        assert response.status_code == 200, (url, response.status_code)
+    runs_sorted = sorted(runs)
+    timings[label] = {"first_ms": round(runs[0] * 1000, 1), "p50_ms": round(statistics.median(runs) * 1000, 1),
+                      "p99_ms": round(runs_sorted[min(len(runs) - 1, int(len(runs) * 0.99))] * 1000, 1)}
+print(json.dumps({"backfill_seconds": round(backfill, 2), "hour_rows": ChargeRollup.objects.count(),
+                  "day_rows": ChargeRollupDay.objects.count(), "rollups_equal_engine": True, "pages": timings}))
 """
 
 
@@ -97,6 +150,7 @@ def main() -> int:
     parser.add_argument("--db", default="portal_bench_chargeback")
     parser.add_argument("--reuse", action="store_true", help="Reuse an already synced database.")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--page-runs", type=int, default=40, help="Requests per page or API call (in-process).")
     args = parser.parse_args()
     env = large_database(args.db, reuse=args.reuse)
     subprocess.run([PY, "manage.py", "catalog_refresh", "--discover", "--no-capacity"], cwd=ROOT, env=env,
@@ -104,6 +158,8 @@ def main() -> int:
     with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
         _prices_and_tenants(conn)
         _history(conn)
+        conn.execute("DELETE FROM portal_chargerollup; DELETE FROM portal_chargerollupday; "
+                     "DELETE FROM portal_chargerollupstate; DELETE FROM portal_chargerollupdirty")
         intervals = conn.execute("SELECT count(*) FROM inventory_allocationinterval").fetchone()[0]
         offerings = conn.execute("SELECT count(*) FROM catalog_offering").fetchone()[0]
     print(f"{intervals} allocation intervals (live + a month of churn), {offerings} priced offerings", flush=True)
@@ -118,6 +174,13 @@ def main() -> int:
               "best_seconds": min(report["seconds"]), "first_run_includes": "resolving and freezing the offering "
               "of every resource (ChargeMapping), done once", "process_peak_rss_mb": round(rss_kib / 1024, 1),
               "process_seconds": round(seconds, 2)}
+    with out.open("wb") as fh:
+        seconds, rss_kib, code = run_measured([PY, "-c", ROLLUPS.replace("RUNS", str(args.page_runs))], env=env,
+                                              stdout=fh.fileno())
+    if code != 0:
+        raise SystemExit(f"the rollups run failed with {code}")
+    result["rollups"] = {**json.loads(out.read_text().strip().splitlines()[-1]),
+                         "process_peak_rss_mb": round(rss_kib / 1024, 1), "process_seconds": round(seconds, 2)}
     print(json.dumps(result, indent=2))
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)

@@ -14,5 +14,5 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()  # <app>.tasks of every installed app
 # The portal's domains keep their tasks in their own packages (portal/<domain>/tasks.py); registered task names are
 # explicit (name="portal.…"), so beat schedules and queued messages do not depend on the module path.
-app.autodiscover_tasks([f"portal.{domain}" for domain in ("tenancy", "quota", "access", "enforcement", "telemetry")])
+app.autodiscover_tasks([f"portal.{domain}" for domain in ("tenancy", "quota", "access", "enforcement", "telemetry", "chargeback")])
 app.conf.imports = (*app.conf.imports, "portal.heartbeat")  # the worker's own heartbeat (liveness probe)

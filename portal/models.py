@@ -16,7 +16,13 @@ from portal.access.models import (
     GrantUse,
     exception_key,
 )
-from portal.chargeback.models import ChargeMapping
+from portal.chargeback.models import (
+    ChargeMapping,
+    ChargeRollup,
+    ChargeRollupDay,
+    ChargeRollupDirty,
+    ChargeRollupState,
+)
 from portal.enforcement.models import EnforcementSettings, Violation
 from portal.notifications.models import Notification
 from portal.quota.models import (
@@ -58,6 +64,10 @@ __all__ = [
     "AccessRequestQuerySet",
     "AccessReview",
     "ChargeMapping",
+    "ChargeRollup",
+    "ChargeRollupDay",
+    "ChargeRollupDirty",
+    "ChargeRollupState",
     "ClusterQueueQuotaState",
     "EnforcementSettings",
     "Grant",

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from core.api.exceptions import PortalExceptionHandlerMixin
 from inventory.redaction import NodeNameRedactor, known_node_names, redacts_node_names
+from portal.chargeback import rollups
 from portal.chargeback import services as cb
 from portal.chargeback.csv_export import CSVRenderer, csv_stream
 from portal.tenancy.models import sees_all_tenants
@@ -98,6 +99,9 @@ class PieceSerializer(serializers.Serializer):
 class ChargebackReportSerializer(serializers.Serializer):
     window = serializers.DictField(child=serializers.DateTimeField())
     step = serializers.ChoiceField(choices=cb.STEPS)
+    as_of = serializers.DateTimeField(help_text=(
+        "Allocations are counted up to this moment: the hourly rollups' time, at most "
+        "PORTAL_CHARGEBACK_ROLLUP_MAX_AGE seconds (default 60) before the request."))
     aggregate = serializers.ListField(child=serializers.ChoiceField(choices=cb.DIMENSIONS))
     rows = ChargebackRowSerializer(many=True)
     totals = ChargebackTotalSerializer(many=True)
@@ -127,11 +131,6 @@ class _ChargebackBase(PortalExceptionHandlerMixin, APIView):
                 "scope": cb.Scope.for_user(request.user), "cluster": request.query_params.get("cluster") or None,
                 "tenant": request.query_params.get("tenant") or None}
 
-    def _pieces(self, request: Request) -> tuple[list[cb.Piece], dict[str, Any]]:
-        params = self._params(request)
-        found = cb.pieces(params["start"], params["end"], step=params["step"], scope=params["scope"],
-                          cluster=params["cluster"], tenant=params["tenant"])
-        return found, {"start": params["start"], "end": params["end"], "step": params["step"]}
 
 
 class ChargebackView(_ChargebackBase):
@@ -153,8 +152,18 @@ class ChargebackView(_ChargebackBase):
                                                      "`detail=intervals` the pieces) as CSV with a header line.")})
     def get(self, request: Request) -> Response:
         dimensions = cb.parse_aggregate(request.query_params.get("aggregate", "tenant"))
-        found, window = self._pieces(request)
-        rows = cb.aggregate(found, dimensions)
+        params = self._params(request)
+        window = {"start": params["start"], "end": params["end"], "step": params["step"]}
+        state = rollups.refresh(wait=False)
+        selection = {"step": params["step"], "scope": params["scope"], "cluster": params["cluster"],
+                     "tenant": params["tenant"]}
+        found: list[cb.Piece] = []
+        if request.query_params.get("detail") == "intervals":  # every piece: priced from the intervals
+            found = cb.pieces(params["start"], params["end"], **selection, now=state.as_of)
+            rows, totals = cb.aggregate(found, dimensions), cb.totals(found)
+        else:  # the same figures from the hourly rollups (portal/chargeback/rollups.py)
+            read = rollups.read(params["start"], params["end"], **selection, state=state)
+            rows, totals = rollups.report_rows(read, dimensions), rollups.totals(read)
         if request.accepted_renderer.format == "csv":
             # named like the FOCUS export: what it is and the window, so downloads sort and never clash
             span = f"{window['start']:%Y%m%d}-{window['end']:%Y%m%d}"
@@ -164,7 +173,7 @@ class ChargebackView(_ChargebackBase):
             self.csv_header = ("period_start", *dimensions, *ChargebackTotalSerializer().fields)
             return _attachment(Response(rows), f"chargeback-{'-'.join(dimensions) or 'total'}-{span}.csv")
         report: dict[str, Any] = {"window": {"start": window["start"], "end": window["end"]}, "step": window["step"],
-                                  "aggregate": list(dimensions), "rows": rows, "totals": cb.totals(found)}
+                                  "as_of": state.as_of, "aggregate": list(dimensions), "rows": rows, "totals": totals}
         if request.query_params.get("idle") in ("1", "true") and sees_all_tenants(request.user):
             report["idle"] = cb.idle(window["start"], window["end"], step=window["step"],
                                      cluster=request.query_params.get("cluster") or None)
@@ -195,7 +204,7 @@ class FocusExportView(_ChargebackBase):
         params = self._params(request)
         rows: Iterable[dict[str, Any]] = cb.focus_stream(
             params["start"], params["end"], step=params["step"], scope=params["scope"], cluster=params["cluster"],
-            tenant=params["tenant"])
+            tenant=params["tenant"], now=rollups.refresh(wait=False).as_of)  # up to the moment the reports count
         if redacts_node_names(request.user):
             rows = _redacted(rows)
         if request.accepted_renderer.format == "csv":

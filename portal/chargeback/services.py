@@ -267,6 +267,60 @@ def _hours(start: dt.datetime, end: dt.datetime) -> Decimal:
     return Decimal((end - start) // _MICRO) / _HOUR_MICROS
 
 
+_HOUR = dt.timedelta(hours=1)
+
+
+def hour_atoms(start: dt.datetime, end: dt.datetime) -> tuple[list[tuple[dt.datetime, dt.datetime]], int,
+                                                             dt.datetime]:
+    """[start, end) as hourly atoms: the partial hours at its edges, the number of whole hours between them, and
+    where those whole hours begin. An hour is the unit every amount is rounded in (see `atom`)."""
+    first = _floor(start, "hour")
+    if first < start:
+        first += _HOUR
+    if end <= first:
+        return [(start, end)], 0, first
+    partial = [(start, first)] if first > start else []
+    last = _floor(end, "hour")
+    if end > last:
+        partial.append((last, end))
+    return partial, (last - first) // _HOUR, first
+
+
+def atom(units: Decimal, price: Decimal | None, start: dt.datetime, end: dt.datetime) -> tuple[Decimal, Decimal]:
+    """Unit-hours and cost of one atom (a part of one UTC hour), each rounded to 6 decimals (ROUND_HALF_EVEN). Every
+    amount of the engine, the hourly rollups (portal/chargeback/rollups.py) and the reports is a sum of these, so
+    any aggregation, at any step, from pieces or from rollups, gives the same figures to the last decimal."""
+    used = units * _hours(start, end)
+    cost = Decimal(0) if price is None else (price * used).quantize(PRECISION, ROUND_HALF_EVEN)
+    return used.quantize(PRECISION, ROUND_HALF_EVEN), cost
+
+
+def atoms_sum(units: Decimal, price: Decimal | None, start: dt.datetime, end: dt.datetime) -> tuple[Decimal, Decimal]:
+    """The sum of `atom` over the hourly atoms of [start, end) (whole hours counted once, times their number)."""
+    partial, whole, first = hour_atoms(start, end)
+    unit_hours, cost = Decimal(0), Decimal(0)
+    if whole:
+        one_hours, one_cost = atom(units, price, first, first + _HOUR)
+        unit_hours, cost = one_hours * whole, one_cost * whole
+    for lo, hi in partial:
+        part_hours, part_cost = atom(units, price, lo, hi)
+        unit_hours += part_hours
+        cost += part_cost
+    return unit_hours, cost
+
+
+def efficiency_atom(units: Decimal, price: Decimal | None, start: dt.datetime, end: dt.datetime,
+                    busy: float) -> tuple[Decimal, Decimal, Decimal]:
+    """Measured unit-hours, used and idle cost of one atom with telemetry (busy: its hour's mean engine activity)."""
+    unit_hours = units * _hours(start, end)
+    measured = unit_hours.quantize(PRECISION, ROUND_HALF_EVEN)
+    if not price:
+        return measured, Decimal(0), Decimal(0)
+    fraction = Decimal(repr(round(busy, 6)))
+    return (measured, (price * unit_hours * fraction).quantize(PRECISION, ROUND_HALF_EVEN),
+            (price * unit_hours * (1 - fraction)).quantize(PRECISION, ROUND_HALF_EVEN))
+
+
 @dataclass(slots=True)
 class Piece:
     """One priced piece of one interval: inside one step period and one price period."""
@@ -295,6 +349,8 @@ class Piece:
     measured_unit_hours: Decimal = Decimal(0)
     used_cost: Decimal = Decimal(0)
     idle_cost: Decimal = Decimal(0)
+    cluster_id: int = 0
+    offering_id: int | None = None
 
     @property
     def unpriced(self) -> bool:
@@ -318,6 +374,24 @@ class Scope:
         return cls(False, set(TenantNamespace.objects.visible_to(user).values_list("cluster_id", "namespace")))
 
 
+def _scoped_namespaces(scope: Scope, tenant: str | None) -> set[tuple[int, str]] | None:
+    """The (cluster, namespace) pairs a report covers; None: every one."""
+    if tenant:
+        owned = set(TenantNamespace.objects.filter(tenant__slug=tenant).values_list("cluster_id", "namespace"))
+        return owned if scope.everything else scope.namespaces & owned
+    return None if scope.everything else scope.namespaces
+
+
+def _namespace_condition(namespaces: set[tuple[int, str]]) -> Q:
+    condition = Q(pk__in=[])
+    by_cluster: dict[int, list[str]] = defaultdict(list)
+    for cluster_id, namespace in namespaces:
+        by_cluster[cluster_id].append(namespace)
+    for cluster_id, names in sorted(by_cluster.items()):
+        condition |= Q(cluster_id=cluster_id, namespace__in=sorted(names))
+    return condition
+
+
 def _interval_query(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str | None,
                     tenant: str | None) -> QuerySet[AllocationInterval] | None:
     """The intervals overlapping [start, end) that the scope covers; None when it covers no namespace."""
@@ -325,20 +399,10 @@ def _interval_query(start: dt.datetime, end: dt.datetime, scope: Scope, cluster:
         Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     if cluster:
         rows = rows.filter(cluster__name=cluster)
-    if tenant:
-        owned = TenantNamespace.objects.filter(tenant__slug=tenant).values_list("cluster_id", "namespace")
-        scope = Scope(False, set(owned) if scope.everything else scope.namespaces & set(owned))
-    if not scope.everything:
-        if not scope.namespaces:
-            return None
-        condition = Q(pk__in=[])
-        by_cluster: dict[int, list[str]] = defaultdict(list)
-        for cluster_id, namespace in scope.namespaces:
-            by_cluster[cluster_id].append(namespace)
-        for cluster_id, namespaces in by_cluster.items():
-            condition |= Q(cluster_id=cluster_id, namespace__in=namespaces)
-        rows = rows.filter(condition)
-    return rows
+    namespaces = _scoped_namespaces(scope, tenant)
+    if namespaces is None:
+        return rows
+    return rows.filter(_namespace_condition(namespaces)) if namespaces else None
 
 
 _COLUMNS = ("id", "cluster_id", "holder_kind", "holder_uid", "namespace", "name", "node_name", "resource", "quantity",
@@ -396,18 +460,14 @@ def _efficiency(piece: Piece, hours: list[tuple[dt.datetime, float]]) -> None:
     measured, used, idle = Decimal(0), Decimal(0), Decimal(0)
     units = piece.quantity * piece.share
     for hour, busy in hours:
-        lo, hi = max(hour, piece.start), min(hour + dt.timedelta(hours=1), piece.end)
+        lo, hi = max(hour, piece.start), min(hour + _HOUR, piece.end)
         if hi <= lo:
             continue
-        unit_hours = units * _hours(lo, hi)
-        measured += unit_hours
-        if piece.unit_price:
-            fraction = Decimal(repr(round(busy, 6)))
-            used += piece.unit_price * unit_hours * fraction
-            idle += piece.unit_price * unit_hours * (1 - fraction)
-    piece.measured_unit_hours = measured.quantize(PRECISION, ROUND_HALF_EVEN)
-    piece.used_cost = used.quantize(PRECISION, ROUND_HALF_EVEN)
-    piece.idle_cost = idle.quantize(PRECISION, ROUND_HALF_EVEN)
+        part_measured, part_used, part_idle = efficiency_atom(units, piece.unit_price, lo, hi, busy)
+        measured += part_measured
+        used += part_used
+        idle += part_idle
+    piece.measured_unit_hours, piece.used_cost, piece.idle_cost = measured, used, idle
 
 
 def pieces(start: dt.datetime, end: dt.datetime, *, step: str, scope: Scope, cluster: str | None = None,
@@ -442,7 +502,7 @@ def _priced(intervals: list[dict[str, Any]], start: dt.datetime, end: dt.datetim
     periods = price_periods(offerings)
     clusters, owners = names.clusters, names.owners
     out: list[Piece] = []
-    append, quantize, zero = out.append, Decimal.quantize, Decimal(0)
+    append, zero = out.append, Decimal(0)
     for interval in intervals:
         lo = max(interval["started_at"], start)
         hi = min(interval["ended_at"] or now, end)
@@ -464,13 +524,13 @@ def _priced(intervals: list[dict[str, Any]], start: dt.datetime, end: dt.datetim
             if part_hi <= part_lo:
                 continue
             for piece_start, piece_end, period in priced_parts(offering_periods, part_lo, part_hi):
-                used = units * _hours(piece_start, piece_end)
                 price = None if period is None else (zero if admin else period.unit_price)
+                unit_hours, cost = atoms_sum(units, price, piece_start, piece_end)
                 append(Piece(
                     interval["id"], holder, cluster_name, interval["namespace"], tenant_slug, cost_center, slug,
                     interval["resource"], interval["node_name"], bucket_start, piece_start, piece_end, quantity,
-                    share, price, period.currency if period else "", admin, quantize(used, PRECISION, ROUND_HALF_EVEN),
-                    zero if price is None else quantize(price * used, PRECISION, ROUND_HALF_EVEN)))
+                    share, price, period.currency if period else "", admin, unit_hours, cost,
+                    cluster_id=interval["cluster_id"], offering_id=offering_id))
                 if interval["id"] in busy:
                     _efficiency(out[-1], busy[interval["id"]])
     return out

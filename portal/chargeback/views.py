@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
+from portal.chargeback import rollups
 from portal.chargeback import services as cb
 from portal.chargeback.selectors import statement_names
 from portal.formatting import money_text
@@ -64,20 +65,22 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         finance = sees_all_tenants(user)
         tenant = (self.request.GET.get("tenant") or "").replace("\x00", "") or None
         dimensions = ("tenant",) if finance and not tenant else ("tenant", "namespace", "offering")
-        found = cb.pieces(start, end, step="day", scope=cb.Scope.for_user(user), tenant=tenant)
+        # From the hourly rollups (portal/chargeback/rollups.py): the same figures as pricing every interval.
+        state = rollups.refresh(wait=False)
+        found = rollups.read(start, end, step="day", scope=cb.Scope.for_user(user), tenant=tenant, state=state)
         per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)
-        for piece in found:
-            per_day[piece.period_start] += piece.cost
+        for day, _, sums in found:
+            per_day[day] += sums.cost
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
-        currencies = sorted({piece.currency for piece in found if piece.currency})
-        monthly = cb.aggregate(found, dimensions, period=start)  # the daily pieces, summed over the month
+        currencies = sorted({cell[3] for _, cell, _ in found if cell[3]})
+        monthly = rollups.report_rows(found, dimensions, period=start)  # the days, summed over the month
         tenants = statement_names(user, monthly)
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")
         context.update({
             "finance": finance, "month": f"{start:%Y-%m}", "start": start, "end": end, "rows": monthly,
-            "dimensions": dimensions, "totals": cb.totals(found), "tenant": tenant,
+            "dimensions": dimensions, "totals": rollups.totals(found), "tenant": tenant, "as_of": state.as_of,
             # one currency per chart: days mixing currencies cannot be summed (the totals say each one)
             "chart": chart(days, currencies[0] if len(currencies) == 1 else ""), "currencies": currencies,
             "tenants": tenants.values(), "tenant_obj": tenants.get(tenant or ""),

@@ -242,6 +242,9 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-discovery": {"task": "catalog.discovery_run", "schedule": 3600.0},
     "portal-tenant-namespaces": {"task": "portal.tenant_namespaces_sync", "schedule": 60.0},
     # Telemetry: one rollup/findings task per cluster (docs/utilization.md).
+    # Chargeback's hourly rollups: rebuild what changed, and the current hour as of now (docs/chargeback.md).
+    "portal-chargeback-rollups": {"task": "portal.chargeback_rollups_refresh",
+                                  "schedule": env.float("PORTAL_CHARGEBACK_ROLLUP_SECONDS", default=30.0)},
     "portal-telemetry-refresh": {"task": "portal.telemetry_refresh",
                                  "schedule": env.float("PORTAL_TELEMETRY_REFRESH_SECONDS", default=300.0)},
     # Applying quota requests become active once the sync shows them; expiry; re-enqueue lost applies.
@@ -265,6 +268,9 @@ PORTAL_PROMETHEUS_CONNECT_TIMEOUT = env.float("PORTAL_PROMETHEUS_CONNECT_TIMEOUT
 PORTAL_PROMETHEUS_READ_TIMEOUT = env.float("PORTAL_PROMETHEUS_READ_TIMEOUT", default=30.0)
 PORTAL_TELEMETRY_SCRAPE_SECONDS = env.float("PORTAL_TELEMETRY_SCRAPE_SECONDS", default=15.0)
 PORTAL_TELEMETRY_BACKFILL_HOURS = env.int("PORTAL_TELEMETRY_BACKFILL_HOURS", default=6)
+# Chargeback reports count allocations up to the rollups' moment: a reader rolls the current hour up again when that
+# moment is older than this (the beat does it every PORTAL_CHARGEBACK_ROLLUP_SECONDS).
+PORTAL_CHARGEBACK_ROLLUP_MAX_AGE = env.float("PORTAL_CHARGEBACK_ROLLUP_MAX_AGE", default=60.0)
 PORTAL_IDLE_THRESHOLD = env.float("PORTAL_IDLE_THRESHOLD", default=0.05)
 PORTAL_IDLE_HOURS = env.int("PORTAL_IDLE_HOURS", default=1)
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)

@@ -40,6 +40,7 @@ from catalog.services.discovery import discovery_run, proposal_decide
 from catalog.services.matching import ClusterDevices
 from inventory.kinds import SYNCED_KINDS
 from inventory.models import AllocationInterval, Cluster, Device, Node, Path, Pod, ResourceSlice
+from portal.chargeback import rollups
 from portal.chargeback import services as cb
 from portal.tenancy.roles import Role
 from tests.conftest import live_cluster, make_user
@@ -344,11 +345,11 @@ def test_the_aggregation_check_can_fail(live_demo, monkeypatch) -> None:
     api = APIClient()
     api.force_authenticate(admin)
     check_aggregations(api, SCENARIO_HOURS)
-    real = cb.aggregate
+    real = rollups.report_rows
 
-    def lossy(all_pieces, dimensions, **kwargs):  # drops the last piece from grouped rows only
-        return real(all_pieces[:-1] if dimensions else all_pieces, dimensions, **kwargs)
+    def lossy(sums, dimensions, **kwargs):  # drops the last rollup cell from grouped rows only
+        return real(sums[:-1] if dimensions else sums, dimensions, **kwargs)
 
-    monkeypatch.setattr(cb, "aggregate", lossy)
+    monkeypatch.setattr(rollups, "report_rows", lossy)
     with pytest.raises(AssertionError, match="rows sum to"):
         check_aggregations(api, SCENARIO_HOURS)

@@ -1,0 +1,273 @@
+"""Hourly chargeback rollups (portal/chargeback/rollups.py) against the engine pricing the intervals themselves.
+
+Random fleets (several clusters and tenants, whole cards, an unpriced resource, adminAccess claims, shares, price
+changes inside hours, intervals open and closed at odd seconds, telemetry): the reports read from rollups equal the
+engine's to the last decimal, for every step, aggregation, scope and window (aligned or not), after the first refresh
+and after every kind of change the triggers must see (an interval closing, a late start, a deletion, a historical
+insert, a price change, telemetry arriving, a hand-edited mapping), and equal a rebuild from nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+
+from catalog.models import OfferingPrice
+from inventory.models import AllocationInterval
+from portal.chargeback import rollups
+from portal.chargeback import services as cb
+from portal.models import (
+    ChargeMapping,
+    ChargeRollup,
+    ChargeRollupDay,
+    ChargeRollupDirty,
+    ChargeRollupState,
+    UtilizationRollup,
+)
+from tests.catalog.factories import OfferingFactory
+from tests.conftest import make_user
+from tests.inventory.factories import ClusterFactory, NodeFactory
+from tests.portal.factories import give_namespaces
+
+UTC = dt.UTC
+NOW = dt.datetime(2026, 12, 3, 14, 37, 21, 123456, tzinfo=UTC)
+DIMENSIONS = [("tenant",), ("tenant", "namespace", "offering"), ("cluster", "cost_center"), ("offering",), ()]
+WINDOWS = [
+    (dt.datetime(2026, 11, 1, tzinfo=UTC), dt.datetime(2026, 12, 1, tzinfo=UTC)),
+    (dt.datetime(2026, 11, 28, 5, 17, tzinfo=UTC), dt.datetime(2026, 12, 2, 9, 41, 3, tzinfo=UTC)),
+    (dt.datetime(2026, 12, 1, tzinfo=UTC), dt.datetime(2027, 1, 1, tzinfo=UTC)),  # runs past now
+    (dt.datetime(2026, 11, 30, 23, 10, tzinfo=UTC), dt.datetime(2026, 11, 30, 23, 50, tzinfo=UTC)),  # inside an hour
+]
+
+
+def _moment(rng: random.Random, lo: dt.datetime, hi: dt.datetime) -> dt.datetime:
+    return lo + dt.timedelta(seconds=rng.randrange(int((hi - lo).total_seconds())), microseconds=rng.randrange(10**6))
+
+
+@pytest.fixture
+def fleet(db):
+    rng = random.Random(20261206)
+    clusters = [ClusterFactory(name="east"), ClusterFactory(name="west")]
+    for cluster in clusters:
+        NodeFactory(cluster=cluster, name="node-a", labels={"nvidia.com/gpu.product": "H100"})
+        NodeFactory(cluster=cluster, name="node-b", labels={"nvidia.com/gpu.product": "T4"})
+    give_namespaces(make_user("alice"), clusters[0], "ml", "ml-2", tenant_slug="ml")
+    give_namespaces(make_user("bob"), clusters[1], "vision", tenant_slug="vision")
+    h100 = OfferingFactory(slug="h100", unit_kind="whole", resource_name="nvidia.com/gpu",
+                           node_selector={"nvidia.com/gpu.product": "H100"})
+    t4 = OfferingFactory(slug="t4", unit_kind="whole", resource_name="nvidia.com/gpu",
+                         node_selector={"nvidia.com/gpu.product": "T4"})
+    mig = OfferingFactory(slug="mig", unit_kind="mig", resource_name="nvidia.com/mig-1g.10gb")
+    for offering, price in ((h100, "3.3333"), (t4, "0.7")):
+        OfferingPrice.objects.create(offering=offering, unit_price=Decimal(price), currency="EUR",
+                                     effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC),
+                                     effective_to=dt.datetime(2026, 11, 17, 10, 22, 13, tzinfo=UTC))
+        OfferingPrice.objects.create(offering=offering, unit_price=Decimal(price) * 2 + Decimal("0.0101"),
+                                     currency="EUR", effective_from=dt.datetime(2026, 11, 17, 10, 22, 13, tzinfo=UTC))
+    OfferingPrice.objects.create(offering=mig, unit_price=Decimal("0.4567"), currency="USD",
+                                 effective_from=dt.datetime(2026, 11, 5, tzinfo=UTC))
+    namespaces = [(clusters[0], "ml"), (clusters[0], "ml-2"), (clusters[1], "vision"), (clusters[1], "nobody")]
+    resources = [("nvidia.com/gpu", "node-a"), ("nvidia.com/gpu", "node-b"), ("nvidia.com/mig-1g.10gb", "node-a"),
+                 ("example.com/unknown", "node-b")]
+    lo, hi = dt.datetime(2026, 10, 25, tzinfo=UTC), NOW
+    for index in range(90):
+        cluster, namespace = rng.choice(namespaces)
+        resource, node = rng.choice(resources)
+        start = _moment(rng, lo, hi)
+        end = None if rng.random() < 0.2 else min(start + dt.timedelta(hours=rng.uniform(0.01, 300)), NOW)
+        AllocationInterval.objects.create(
+            cluster=cluster, holder_kind="pod", holder_uid=f"uid-{index}", namespace=namespace, name=f"p{index}",
+            node_name=node, resource=resource, quantity=rng.choice([1, 1, 2, 8]), admin_access=rng.random() < 0.1,
+            share=rng.choice([1.0, 1.0, 0.25, 1 / 3]), started_at=start, ended_at=end)
+    return {"rng": rng, "clusters": clusters, "h100": h100}
+
+
+def _telemetry(rng: random.Random, count: int) -> None:
+    intervals = list(AllocationInterval.objects.order_by("id"))
+    for _ in range(count):
+        interval = rng.choice(intervals)
+        end = interval.ended_at or NOW
+        if end - interval.started_at < dt.timedelta(hours=1):
+            continue
+        hour = cb._floor(_moment(rng, interval.started_at, end - dt.timedelta(minutes=1)), "hour")
+        UtilizationRollup.objects.get_or_create(
+            cluster_id=interval.cluster_id, hour=hour, gpu_uuid=f"GPU-{interval.pk}", gpu_instance="",
+            pod_namespace=interval.namespace, pod_name=interval.name,
+            defaults={"interval": interval, "samples": 240, "util_mean": rng.random()})
+
+
+def _assert_equal(state: rollups.State) -> int:
+    """Every report from rollups equals the engine's pricing of the intervals, as of the rollups' moment."""
+    compared = 0
+    scopes = [cb.Scope(True, set()), cb.Scope(False, {(c.pk, ns) for c, ns in [(ClusterFactory._meta.model.objects.get(
+        name="east"), "ml")]})]
+    for start, end in WINDOWS:
+        for step in cb.STEPS:
+            for scope in scopes:
+                read = rollups.read(start, end, step=step, scope=scope, state=state)
+                found = cb.pieces(start, end, step=step, scope=scope, now=state.as_of)
+                for dimensions in DIMENSIONS:
+                    assert rollups.report_rows(read, dimensions) == cb.aggregate(found, dimensions), (
+                        start, end, step, dimensions)
+                    compared += 1
+                expected_totals = cb.totals(found)
+                assert rollups.totals(read) == expected_totals
+    for tenant, cluster in (("ml", None), ("vision", "west"), ("ml", "west")):
+        start, end = WINDOWS[1]
+        read = rollups.read(start, end, step="day", scope=scopes[0], tenant=tenant, cluster=cluster, state=state)
+        found = cb.pieces(start, end, step="day", scope=scopes[0], tenant=tenant, cluster=cluster, now=state.as_of)
+        assert rollups.report_rows(read, ("namespace",)) == cb.aggregate(found, ("namespace",))
+    return compared
+
+
+def _from_nothing() -> None:
+    ChargeRollup.objects.all().delete()
+    ChargeRollupDay.objects.all().delete()
+    ChargeRollupState.objects.all().delete()
+
+
+def _rows(model) -> list[tuple]:
+    return sorted(model.objects.values_list(*[f.attname for f in model._meta.fields if f.name != "id"]), key=repr)
+
+
+def test_reports_from_rollups_equal_the_engine_to_the_last_decimal(fleet) -> None:
+    _telemetry(fleet["rng"], 40)
+    state = rollups.refresh(now=NOW)
+    assert state.until == cb._floor(NOW, "hour")
+    assert state.as_of == NOW
+    assert ChargeRollup.objects.filter(cost__gt=0).exists()
+    assert ChargeRollup.objects.filter(measured_unit_hours__gt=0).exists()
+    assert ChargeRollup.objects.filter(admin_unit_hours__gt=0).exists()
+    assert ChargeRollup.objects.filter(unpriced_unit_hours__gt=0).exists()
+    assert not ChargeRollupDirty.objects.exists()
+    assert _assert_equal(state) > 100
+    hours, days = _rows(ChargeRollup), _rows(ChargeRollupDay)
+    _from_nothing()
+    assert rollups.refresh(now=NOW) == state
+    assert _rows(ChargeRollup) == hours
+    assert _rows(ChargeRollupDay) == days
+
+
+def _change_intervals(fleet) -> None:
+    intervals = list(AllocationInterval.objects.order_by("id"))
+    open_one = next(i for i in intervals if i.ended_at is None and i.started_at < NOW - dt.timedelta(hours=30))
+    AllocationInterval.objects.filter(pk=open_one.pk).update(ended_at=NOW - dt.timedelta(hours=29, seconds=7))
+    AllocationInterval.objects.filter(pk=intervals[1].pk).update(
+        started_at=intervals[1].started_at - dt.timedelta(days=3, minutes=11))  # a late event moves a start back
+    AllocationInterval.objects.filter(pk=intervals[2].pk).delete()
+    AllocationInterval.objects.filter(pk=intervals[3].pk).update(quantity=intervals[3].quantity + 3)
+    AllocationInterval.objects.create(  # a historical interval arrives late
+        cluster=fleet["clusters"][1], holder_kind="claim", holder_uid="late", namespace="vision", name="late",
+        resource="nvidia.com/gpu", node_name="", quantity=1, started_at=dt.datetime(2026, 11, 2, 3, 4, 5, tzinfo=UTC),
+        ended_at=dt.datetime(2026, 11, 9, 6, 7, 8, tzinfo=UTC))
+
+
+def _change_prices(fleet) -> None:
+    price = OfferingPrice.objects.filter(offering=fleet["h100"], effective_to__isnull=True).get()
+    OfferingPrice.objects.filter(pk=price.pk).update(effective_to=dt.datetime(2026, 11, 25, 7, 30, tzinfo=UTC))
+    OfferingPrice.objects.create(offering=fleet["h100"], unit_price=Decimal("1.2345"), currency="EUR",
+                                 effective_from=dt.datetime(2026, 11, 25, 7, 30, tzinfo=UTC))
+
+
+def _change_mapping(fleet) -> None:
+    assert ChargeMapping.objects.filter(resource="nvidia.com/mig-1g.10gb").update(offering=None)  # by hand
+
+
+def _change_telemetry(fleet) -> None:
+    _telemetry(fleet["rng"], 15)
+
+
+def _change_everything(fleet) -> None:
+    for change in (_change_intervals, _change_prices, _change_mapping, _change_telemetry):
+        change(fleet)
+
+
+CHANGES = {"intervals": _change_intervals, "telemetry": _change_telemetry, "prices": _change_prices,
+           "mapping": _change_mapping, "everything": _change_everything}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_every_change_the_triggers_see_is_rolled_up(fleet, change: str) -> None:
+    _telemetry(fleet["rng"], 20)
+    rollups.refresh(now=NOW)
+    CHANGES[change](fleet)
+    assert ChargeRollupDirty.objects.exists()
+    state = rollups.refresh(now=NOW)  # as_of stays NOW: the current hour is rebuilt as of it
+    assert not ChargeRollupDirty.objects.exists()
+    _assert_equal(state)
+    hours = _rows(ChargeRollup)
+    _from_nothing()
+    rollups.refresh(now=NOW)
+    assert _rows(ChargeRollup) == hours
+
+
+def test_without_the_triggers_the_rollups_go_stale_and_the_comparison_fails(fleet) -> None:
+    """The guard can fail: with the interval triggers disabled, a closed interval is not rolled up again."""
+    rollups.refresh(now=NOW)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE inventory_allocationinterval DISABLE TRIGGER USER")
+    try:
+        _change_intervals(fleet)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute("ALTER TABLE inventory_allocationinterval ENABLE TRIGGER USER")
+    with pytest.raises(AssertionError):
+        _assert_equal(rollups.refresh(now=NOW))
+
+
+def test_closing_an_interval_marks_only_the_hours_after_its_end(fleet) -> None:
+    rollups.refresh(now=NOW)
+    interval = AllocationInterval.objects.filter(ended_at__isnull=True).order_by("started_at").first()
+    end = NOW - dt.timedelta(hours=5, minutes=3)
+    AllocationInterval.objects.filter(pk=interval.pk).update(ended_at=end)
+    AllocationInterval.objects.filter(pk=interval.pk).update(name="renamed")  # nothing billed: nothing marked
+    assert list(ChargeRollupDirty.objects.values_list("cluster_id", "namespace", "start", "end")) == [
+        (interval.cluster_id, interval.namespace, end, None)]
+
+
+def test_time_passing_rolls_up_the_hours_and_the_current_hour_as_of_a_moment(fleet) -> None:
+    first = rollups.refresh(now=NOW)
+    later = NOW + dt.timedelta(seconds=20)
+    assert rollups.refresh(now=later, max_age=dt.timedelta(seconds=60)) == first  # fresh enough: nothing rebuilt
+    next_hours = NOW + dt.timedelta(hours=3)
+    state = rollups.refresh(now=next_hours)
+    assert state.until == cb._floor(next_hours, "hour")
+    assert state.as_of == next_hours
+    _assert_equal(state)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None:
+    import threading
+
+    from django.db import connections
+
+    before = rollups.refresh(now=NOW)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with django_db_blocker.unblock():
+            other = connections.create_connection("default")
+            with other.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [rollups.LOCK])
+                held.set()
+                release.wait(10)
+                cursor.execute("ROLLBACK")
+            other.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False) == before  # the last committed state
+    finally:
+        release.set()
+        thread.join()
+    assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False).until == cb._floor(NOW, "hour") + dt.timedelta(
+        hours=2)
