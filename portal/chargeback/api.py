@@ -162,8 +162,9 @@ class ChargebackView(_ChargebackBase):
             found = cb.pieces(params["start"], params["end"], **selection, now=state.as_of)
             rows, totals = cb.aggregate(found, dimensions), cb.totals(found)
         else:  # the same figures from the hourly rollups (portal/chargeback/rollups.py)
-            read = rollups.read(params["start"], params["end"], **selection, state=state)
-            rows, totals = rollups.report_rows(read, dimensions), rollups.totals(read)
+            rows = rollups.report(params["start"], params["end"], dimensions=dimensions, **selection, state=state)
+            totals = rollups.totals(params["start"], params["end"], scope=params["scope"], cluster=params["cluster"],
+                                    tenant=params["tenant"], state=state)
         if request.accepted_renderer.format == "csv":
             # named like the FOCUS export: what it is and the window, so downloads sort and never clash
             span = f"{window['start']:%Y%m%d}-{window['end']:%Y%m%d}"

@@ -21,6 +21,7 @@ waiting.
 from __future__ import annotations
 
 import datetime as dt
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,13 +30,14 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Min, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay
+from django.db.models import F, Min, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, Trunc, TruncDay
 from django.utils import timezone
 
 from inventory.models import AllocationInterval
 from portal.chargeback import services as cb
 from portal.chargeback.models import ChargeRollup, ChargeRollupDay, ChargeRollupDirty, ChargeRollupState
+from portal.tenancy.models import TenantNamespace
 
 LOCK = 0x43_48_52_47  # pg_advisory_xact_lock key of the refresher
 HOUR = dt.timedelta(hours=1)
@@ -49,8 +51,11 @@ PAGE = 5000  # intervals read per keyset page
 Cell = tuple[int, str, int | None, str]
 
 
+_ZERO = (0, *(Decimal(0) for _ in AMOUNTS))  # pieces, then AMOUNTS
+
+
 def _zero() -> list[Any]:
-    return [0, *(Decimal(0) for _ in AMOUNTS)]  # pieces, then AMOUNTS
+    return list(_ZERO)
 
 
 def _ceil_hour(moment: dt.datetime) -> dt.datetime:
@@ -168,22 +173,26 @@ def _intervals(regions: list[Region], start: dt.datetime, end: dt.datetime) -> Q
     return rows.filter(condition)
 
 
-def _build(regions: list[Region], start: dt.datetime, end: dt.datetime, now: dt.datetime) -> _Builder:
-    """The rollups of `regions` within [start, end), from the intervals."""
+def _build(regions: list[Region], start: dt.datetime, end: dt.datetime, now: dt.datetime,
+           offering_of: dict[tuple[int, str, str], int | None]) -> _Builder:
+    """The rollups of `regions` within [start, end), from the intervals. `offering_of`: the mappings resolved so far
+    (shared by the chunks of one rebuild)."""
     builder = _Builder()
     query = _intervals(regions, start, end)
     periods: dict[int, list[cb.Period]] = {}
+    busy = cb.busy_hours(start, end, None)  # the chunk's telemetry, read once
     after = 0
     while True:
         page = list(cb._read(query.filter(id__gt=after).order_by("id")[:PAGE]))
         if not page:
             break
         after = page[-1]["id"]
-        offering_of = cb.mappings(cb._mapping_key(i) for i in page)
+        unseen = {cb._mapping_key(i) for i in page} - offering_of.keys()
+        if unseen:
+            offering_of.update(cb.mappings(unseen))
         wanted = {o for o in offering_of.values() if o and o not in periods}
         periods.update({o: [] for o in wanted})
         periods.update(cb.price_periods(wanted))
-        busy = cb.busy_hours(start, end, {i["id"] for i in page}, narrow=True)
         for interval in page:
             ranges = _merged((max(r.start, start), min(r.end, end)) for r in regions
                              if r.covers(interval["cluster_id"], interval["namespace"]))
@@ -230,12 +239,13 @@ def rebuild(regions: list[Region], now: dt.datetime, *, earliest: dt.datetime | 
     lo, hi = min(r.start for r in regions), max(r.end for r in regions)
     lo = max(lo, earliest) if earliest else hi
     written = 0
+    offering_of: dict[tuple[int, str, str], int | None] = {}
     chunk_start = cb._floor(lo, "day")
     while chunk_start < hi:
         chunk_end = min(chunk_start + CHUNK, hi)
         inside = [r for r in regions if r.start < chunk_end and r.end > chunk_start]
         if inside:
-            written += _write(_build(inside, chunk_start, chunk_end, now))
+            written += _write(_build(inside, chunk_start, chunk_end, now, offering_of))
         chunk_start = chunk_end
     _days(day_regions)
     return written
@@ -302,12 +312,11 @@ def refresh(*, now: dt.datetime | None = None, wait: bool = True, max_age: dt.ti
             hi = min(_ceil_hour(end), provisional_end) if end else provisional_end
             if hi > lo:
                 regions.append(Region(cluster_id, namespace, lo, hi))
-        # The current hour is rolled up as of one moment: rebuilt whole (as of now) when anything in it changed.
-        stale = stale or any(r.end > until for r in regions)
+        # The current hour is rolled up whole as of one moment (as_of), again once that is older than max_age: a
+        # change inside it waits for that (a report counts allocations up to as_of), a change before it does not.
+        regions = [Region(r.cluster_id, r.namespace, r.start, min(r.end, until)) for r in regions if r.start < until]
         as_of = state.refreshed_at or now
         if stale:
-            regions = [Region(r.cluster_id, r.namespace, r.start, min(r.end, until)) for r in regions
-                       if r.start < until]
             regions.append(Region(None, None, until, target + HOUR))
             as_of = now
         rebuild(_coalesce(regions), as_of, earliest=earliest)
@@ -344,44 +353,27 @@ def current() -> State | None:
 # ------------------------------------------------------------------------------------------------ reading
 
 
-@dataclass(slots=True)
-class Sums:
-    """What a report row adds up (a rollup row's sums, or a piece's)."""
-
-    pieces: int
-    unit_hours: Decimal
-    cost: Decimal
-    admin_unit_hours: Decimal
-    unpriced_unit_hours: Decimal
-    measured_unit_hours: Decimal
-    used_cost: Decimal
-    idle_cost: Decimal
-
-
-def read(start: dt.datetime, end: dt.datetime, *, step: str, scope: cb.Scope, cluster: str | None = None,
-         tenant: str | None = None, state: State) -> list[tuple[dt.datetime, Cell, Sums]]:
-    """The sums per step period (as `buckets` cuts them) and cell over [start, end), as of `state.as_of`: days and hours
-    from the rollups, and the partial hours at a window's edges priced from the intervals."""
+def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple[str, ...], scope: cb.Scope,
+           state: State, cluster: str | None = None, tenant: str | None = None,
+           period: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """`services.aggregate(services.pieces(...), dimensions, period=period)` as of `state.as_of`, read from the
+    rollups: the same rows, keys, amounts and order. Whole days come from the day rows and the other hours from the
+    hour rows, summed by PostgreSQL per step period and dimension; the partial hours at a window's edges (and anything
+    past what is rolled up) are priced from the intervals."""
     namespaces = cb._scoped_namespaces(scope, tenant)
     if namespaces is not None and not namespaces:
         return []
-    steps = cb.buckets(start, end, step)
-    starts = [s for s, _ in steps]
-    out: dict[tuple[dt.datetime, Cell], Sums] = {}
+    starts = [s for s, _ in cb.buckets(start, end, step)]
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
 
-    def bucket(moment: dt.datetime) -> dt.datetime:
-        from bisect import bisect_right
-
-        return starts[bisect_right(starts, moment) - 1]
-
-    def add(moment: dt.datetime, cell: Cell, values: Iterable[Any]) -> None:
-        key = (bucket(moment), cell)
-        sums = out.get(key)
-        if sums is None:
-            out[key] = Sums(*values)
-        else:
-            for name, value in zip(Sums.__slots__, values, strict=True):
-                setattr(sums, name, getattr(sums, name) + value)
+    def add(moment: dt.datetime, labels: dict[str, str], currency: str, amounts: Iterable[Decimal]) -> None:
+        key = (period or moment, *(labels[d] for d in dimensions), currency)
+        row = out.get(key)
+        if row is None:
+            row = out[key] = {"period_start": key[0], **{d: labels[d] for d in dimensions}, "currency": currency,
+                              **{a: Decimal(0) for a in AMOUNTS}}
+        for name, amount in zip(AMOUNTS, amounts, strict=True):
+            row[name] += amount
 
     covered_end = state.until + HOUR
     inner_lo, inner_hi = _ceil_hour(start), min(cb._floor(end, "hour"), covered_end)
@@ -390,19 +382,19 @@ def read(start: dt.datetime, end: dt.datetime, *, step: str, scope: cb.Scope, cl
         days_hi = min(cb._floor(inner_hi, "day"), cb._floor(state.until, "day"))  # whole days, fully materialized
         if step == "hour" or days_hi <= days_lo:
             days_lo = days_hi = inner_lo
-        for moment, cell, values in _rollup_rows(ChargeRollupDay, "day", days_lo, days_hi, namespaces, cluster):
-            add(moment, cell, values)
-        for lo, hi in ((inner_lo, days_lo), (days_hi, inner_hi)):
-            if hi > lo:
-                for moment, cell, values in _rollup_rows(ChargeRollup, "hour", lo, hi, namespaces, cluster):
-                    add(moment, cell, values)
-    # The window's partial hours (and anything past what the rollups cover): priced from the intervals, as of as_of.
-    edges = [(start, min(end, inner_lo))] if inner_hi > inner_lo else [(start, end)]
-    if inner_hi > inner_lo and end > inner_hi:
-        edges.append((inner_hi, end))
+        parts: list[tuple[type[ChargeRollup] | type[ChargeRollupDay], str, dt.datetime, dt.datetime]] = [
+            (ChargeRollupDay, "day", days_lo, days_hi), (ChargeRollup, "hour", inner_lo, days_lo),
+                 (ChargeRollup, "hour", days_hi, inner_hi)]
+        for model, field, lo, hi in parts:
+            for row in _summed(model, field, lo, hi, step, dimensions, namespaces, cluster, period is not None):
+                moment = max(row.pop("bucket"), start) if period is None else period
+                add(moment, row, row["currency"], (row[f"{a}_sum"] for a in AMOUNTS))
+    # The window's partial hours (and anything past what is rolled up): priced from the intervals, as of as_of.
+    edges = [(start, min(end, inner_lo)), (inner_hi, end)] if inner_hi > inner_lo else [(start, end)]
+    edges = [(lo, hi) for lo, hi in edges if hi > lo]
     names = cb._Names.load() if edges else None
     for lo, hi in edges:
-        query = cb._interval_query(lo, hi, scope, cluster, tenant) if hi > lo else None
+        query = cb._interval_query(lo, hi, scope, cluster, tenant)
         if query is None or names is None:
             continue
         if lo >= state.as_of:  # open intervals end at as_of: only intervals closed later than lo can reach here
@@ -410,11 +402,20 @@ def read(start: dt.datetime, end: dt.datetime, *, step: str, scope: cb.Scope, cl
         intervals = list(cb._read(query.order_by("id")))
         busy = cb.busy_hours(lo, hi, {i["id"] for i in intervals})
         for piece in cb._priced(intervals, lo, hi, cb.buckets(lo, hi, "hour"), state.as_of, busy, names):
-            add(piece.start, (piece.cluster_id, piece.namespace, piece.offering_id, piece.currency),
-                (1, piece.unit_hours, piece.cost, piece.unit_hours if piece.admin_access else Decimal(0),
+            moment = starts[bisect_right(starts, piece.start) - 1]
+            add(moment, {d: getattr(piece, d) for d in dimensions}, piece.currency,
+                (piece.unit_hours, piece.cost, piece.unit_hours if piece.admin_access else Decimal(0),
                  piece.unit_hours if piece.unpriced else Decimal(0), piece.measured_unit_hours, piece.used_cost,
                  piece.idle_cost))
-    return [(moment, cell, sums) for (moment, cell), sums in out.items()]
+    return sorted(out.values(), key=lambda r: (r["period_start"], *(r[d] for d in dimensions), r["currency"]))
+
+
+def totals(start: dt.datetime, end: dt.datetime, *, scope: cb.Scope, state: State, cluster: str | None = None,
+           tenant: str | None = None) -> list[dict[str, Any]]:
+    """`services.totals` (per currency) from the rollups."""
+    rows = report(start, end, step="month", dimensions=(), scope=scope, state=state, cluster=cluster, tenant=tenant,
+                  period=cb.EPOCH)
+    return [{k: v for k, v in row.items() if k != "period_start"} for row in rows]
 
 
 def _ceil_day(moment: dt.datetime) -> dt.datetime:
@@ -422,45 +423,33 @@ def _ceil_day(moment: dt.datetime) -> dt.datetime:
     return floor if floor == moment else floor + DAY
 
 
-def _rollup_rows(model: type[ChargeRollup] | type[ChargeRollupDay], field: str, lo: dt.datetime, hi: dt.datetime,
-                 namespaces: set[tuple[int, str]] | None, cluster: str | None
-                 ) -> Iterator[tuple[dt.datetime, Cell, tuple[Any, ...]]]:
+_LABELS = {
+    "namespace": F("namespace"),
+    "cluster": F("cluster__name"),
+    "offering": Coalesce(F("offering__slug"), Value("")),
+}
+
+
+def _owner(field: str) -> Coalesce:
+    owner = TenantNamespace.objects.filter(cluster_id=OuterRef("cluster_id"), namespace=OuterRef("namespace"))
+    return Coalesce(Subquery(owner.values(field)[:1]), Value(cb.UNASSIGNED if field == "tenant__slug" else ""))
+
+
+def _summed(model: type[ChargeRollup] | type[ChargeRollupDay], field: str, lo: dt.datetime, hi: dt.datetime,
+            step: str, dimensions: tuple[str, ...], namespaces: set[tuple[int, str]] | None, cluster: str | None,
+            one_period: bool) -> Iterator[dict[str, Any]]:
+    """The rollup rows of [lo, hi), summed by PostgreSQL per step period (`bucket`), dimension and currency."""
     if hi <= lo:
         return
-    rows = model.objects.filter(**{f"{field}__gte": lo, f"{field}__lt": hi})
+    rows: QuerySet[Any] = model.objects.filter(**{f"{field}__gte": lo, f"{field}__lt": hi})
     if cluster:
         rows = rows.filter(cluster__name=cluster)
     if namespaces is not None:
         rows = rows.filter(cb._namespace_condition(namespaces))
-    for row in rows.values_list(field, "cluster_id", "namespace", "offering_id", "currency", "pieces", *AMOUNTS
-                                ).iterator(chunk_size=5000):
-        yield row[0], (row[1], row[2], row[3], row[4]), row[5:]
-
-
-def report_rows(rows: list[tuple[dt.datetime, Cell, Sums]], dimensions: tuple[str, ...], *,
-                period: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """`services.aggregate` over rollup sums: the same rows, keys and order."""
-    names = cb._Names.load()
-    from catalog.models import Offering
-
-    slugs = dict(Offering.objects.filter(pk__in={cell[2] for _, cell, _ in rows if cell[2]}).values_list("pk", "slug"))
-    sums: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for moment, (cluster_id, namespace, offering_id, currency), values in rows:
-        tenant, cost_center = names.owners.get((cluster_id, namespace), (cb.UNASSIGNED, ""))
-        labels = {"tenant": tenant, "namespace": namespace, "offering": slugs.get(offering_id, "") if offering_id else "",
-                  "cluster": names.clusters.get(cluster_id, ""), "cost_center": cost_center}
-        start = period or moment
-        key = (start, *(labels[d] for d in dimensions), currency)
-        row = sums.get(key)
-        if row is None:
-            row = sums[key] = {"period_start": start, **{d: labels[d] for d in dimensions}, "currency": currency,
-                               **{a: Decimal(0) for a in AMOUNTS}}
-        for name in AMOUNTS:
-            row[name] += getattr(values, name)
-    return sorted(sums.values(), key=lambda r: (r["period_start"], *(r[d] for d in dimensions), r["currency"]))
-
-
-def totals(rows: list[tuple[dt.datetime, Cell, Sums]]) -> list[dict[str, Any]]:
-    """`services.totals` over rollup sums."""
-    return [{k: v for k, v in row.items() if k != "period_start"}
-            for row in report_rows(rows, (), period=cb.EPOCH)]
+    labels = {f"label_{d}": _owner("tenant__slug") if d == "tenant" else _owner("tenant__cost_center")
+              if d == "cost_center" else _LABELS[d] for d in dimensions}  # prefixed: names of the model's fields
+    group = {"bucket": Value(cb.EPOCH) if one_period else Trunc(field, step, tzinfo=dt.UTC), **labels}
+    for row in (rows.annotate(**group).values(*group, "currency")
+                .annotate(**{f"{a}_sum": Sum(a) for a in AMOUNTS}).order_by().iterator(chunk_size=5000)):
+        yield {**{d: row[f"label_{d}"] for d in dimensions}, "bucket": row["bucket"], "currency": row["currency"],
+               **{f"{a}_sum": row[f"{a}_sum"] for a in AMOUNTS}}

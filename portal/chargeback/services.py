@@ -193,9 +193,10 @@ def mappings(keys: Iterable[tuple[int, str, str]]) -> dict[tuple[int, str, str],
     for cluster_id, resource, node in keys:
         by_cluster[cluster_id].add((resource, node))
     for cluster_id, wanted in by_cluster.items():
-        resources = {r for r, _ in wanted}
+        resources, nodes = {r for r, _ in wanted}, {n for _, n in wanted}
         for resource, node, offering_id in ChargeMapping.objects.filter(
-                cluster_id=cluster_id, resource__in=resources).values_list("resource", "node_name", "offering_id"):
+                cluster_id=cluster_id, resource__in=resources, node_name__in=nodes).values_list(
+                "resource", "node_name", "offering_id"):
             if (resource, node) in wanted:
                 found[(cluster_id, resource, node)] = offering_id
         missing = [key for key in wanted if (cluster_id, *key) not in found]
@@ -431,25 +432,26 @@ def _intervals(start: dt.datetime, end: dt.datetime, scope: Scope, cluster: str 
     return [] if rows is None else list(_read(rows.order_by("id")))
 
 
-def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int], *, narrow: bool = False
+def busy_hours(start: dt.datetime, end: dt.datetime, interval_ids: set[int] | None, *, narrow: bool = False
                ) -> dict[int, list[tuple[dt.datetime, float]]]:
     """Per interval, its measured hours and the busy fraction (sample-weighted mean engine activity of the DCGM
     entities it held). Hours without rollups, or whose reads were NaN, are absent: never guessed. `narrow`: the
-    query itself selects the intervals (a chunk of a stream), instead of reading the window's rollups once."""
+    query itself selects the intervals (a chunk of a stream), instead of reading the window's rollups once.
+    `interval_ids` None: every interval's."""
     from django.db.models import F, Sum
 
     from portal.telemetry.models import UtilizationRollup
 
     out: dict[int, list[tuple[dt.datetime, float]]] = defaultdict(list)
-    if not interval_ids:
+    if interval_ids is not None and not interval_ids:
         return out
     rows = UtilizationRollup.objects.filter(hour__gte=_floor(start, "hour"), hour__lt=end, interval__isnull=False,
                                             util_mean__isnull=False, samples__gt=0).values(
         "interval_id", "hour").annotate(weighted=Sum(F("util_mean") * F("samples")), samples=Sum("samples"))
-    if narrow:
+    if narrow and interval_ids is not None:
         rows = rows.filter(interval_id__in=sorted(interval_ids))
     for row in rows.iterator(chunk_size=5000):
-        if row["interval_id"] in interval_ids and row["samples"]:
+        if (interval_ids is None or row["interval_id"] in interval_ids) and row["samples"]:
             out[row["interval_id"]].append((row["hour"], min(1.0, max(0.0, row["weighted"] / row["samples"]))))
     for hours in out.values():
         hours.sort()

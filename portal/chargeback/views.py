@@ -67,20 +67,22 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         dimensions = ("tenant",) if finance and not tenant else ("tenant", "namespace", "offering")
         # From the hourly rollups (portal/chargeback/rollups.py): the same figures as pricing every interval.
         state = rollups.refresh(wait=False)
-        found = rollups.read(start, end, step="day", scope=cb.Scope.for_user(user), tenant=tenant, state=state)
+        scope = cb.Scope.for_user(user)
         per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)
-        for day, _, sums in found:
-            per_day[day] += sums.cost
+        for row in rollups.report(start, end, step="day", dimensions=(), scope=scope, tenant=tenant, state=state):
+            per_day[row["period_start"]] += row["cost"]
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
-        currencies = sorted({cell[3] for _, cell, _ in found if cell[3]})
-        monthly = rollups.report_rows(found, dimensions, period=start)  # the days, summed over the month
+        monthly = rollups.report(start, end, step="month", dimensions=dimensions, scope=scope, tenant=tenant,
+                                 state=state, period=start)
+        totals = rollups.totals(start, end, scope=scope, tenant=tenant, state=state)
+        currencies = sorted({row["currency"] for row in totals if row["currency"]})
         tenants = statement_names(user, monthly)
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",
                  **({"tenant": tenant} if tenant else {})}
         api = reverse("portal-api:chargeback")
         context.update({
             "finance": finance, "month": f"{start:%Y-%m}", "start": start, "end": end, "rows": monthly,
-            "dimensions": dimensions, "totals": rollups.totals(found), "tenant": tenant, "as_of": state.as_of,
+            "dimensions": dimensions, "totals": totals, "tenant": tenant, "as_of": state.as_of,
             # one currency per chart: days mixing currencies cannot be summed (the totals say each one)
             "chart": chart(days, currencies[0] if len(currencies) == 1 else ""), "currencies": currencies,
             "tenants": tenants.values(), "tenant_obj": tenants.get(tenant or ""),

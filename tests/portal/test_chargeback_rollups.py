@@ -102,24 +102,24 @@ def _telemetry(rng: random.Random, count: int) -> None:
 def _assert_equal(state: rollups.State) -> int:
     """Every report from rollups equals the engine's pricing of the intervals, as of the rollups' moment."""
     compared = 0
-    scopes = [cb.Scope(True, set()), cb.Scope(False, {(c.pk, ns) for c, ns in [(ClusterFactory._meta.model.objects.get(
-        name="east"), "ml")]})]
+    east = ClusterFactory._meta.model.objects.get(name="east")
+    scopes = [cb.Scope(True, set()), cb.Scope(False, {(east.pk, "ml")})]
     for start, end in WINDOWS:
         for step in cb.STEPS:
             for scope in scopes:
-                read = rollups.read(start, end, step=step, scope=scope, state=state)
                 found = cb.pieces(start, end, step=step, scope=scope, now=state.as_of)
                 for dimensions in DIMENSIONS:
-                    assert rollups.report_rows(read, dimensions) == cb.aggregate(found, dimensions), (
-                        start, end, step, dimensions)
+                    assert rollups.report(start, end, step=step, dimensions=dimensions, scope=scope, state=state) == (
+                        cb.aggregate(found, dimensions)), (start, end, step, dimensions)
                     compared += 1
-                expected_totals = cb.totals(found)
-                assert rollups.totals(read) == expected_totals
+                assert rollups.report(start, end, step=step, dimensions=("tenant",), scope=scope, state=state,
+                                      period=start) == cb.aggregate(found, ("tenant",), period=start)
+                assert rollups.totals(start, end, scope=scope, state=state) == cb.totals(found)
     for tenant, cluster in (("ml", None), ("vision", "west"), ("ml", "west")):
         start, end = WINDOWS[1]
-        read = rollups.read(start, end, step="day", scope=scopes[0], tenant=tenant, cluster=cluster, state=state)
         found = cb.pieces(start, end, step="day", scope=scopes[0], tenant=tenant, cluster=cluster, now=state.as_of)
-        assert rollups.report_rows(read, ("namespace",)) == cb.aggregate(found, ("namespace",))
+        assert rollups.report(start, end, step="day", dimensions=("namespace",), scope=scopes[0], tenant=tenant,
+                              cluster=cluster, state=state) == cb.aggregate(found, ("namespace",))
     return compared
 
 
@@ -195,7 +195,7 @@ def test_every_change_the_triggers_see_is_rolled_up(fleet, change: str) -> None:
     rollups.refresh(now=NOW)
     CHANGES[change](fleet)
     assert ChargeRollupDirty.objects.exists()
-    state = rollups.refresh(now=NOW)  # as_of stays NOW: the current hour is rebuilt as of it
+    state = rollups.refresh(now=NOW, max_age=dt.timedelta(0))  # the current hour too, as of NOW
     assert not ChargeRollupDirty.objects.exists()
     _assert_equal(state)
     hours = _rows(ChargeRollup)
@@ -217,7 +217,7 @@ def test_without_the_triggers_the_rollups_go_stale_and_the_comparison_fails(flee
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute("ALTER TABLE inventory_allocationinterval ENABLE TRIGGER USER")
     with pytest.raises(AssertionError):
-        _assert_equal(rollups.refresh(now=NOW))
+        _assert_equal(rollups.refresh(now=NOW, max_age=dt.timedelta(0)))
 
 
 def test_closing_an_interval_marks_only_the_hours_after_its_end(fleet) -> None:
@@ -239,6 +239,34 @@ def test_time_passing_rolls_up_the_hours_and_the_current_hour_as_of_a_moment(fle
     assert state.until == cb._floor(next_hours, "hour")
     assert state.as_of == next_hours
     _assert_equal(state)
+
+
+def test_a_change_before_the_current_hour_counts_at_once_one_inside_it_after_max_age(fleet) -> None:
+    rollups.refresh(now=NOW)
+    cluster = fleet["clusters"][0]
+    past = cb._floor(NOW - dt.timedelta(hours=5), "hour")
+    for name, start, end in (("past", past, past + dt.timedelta(hours=1)),  # 100 unit-hours in that hour
+                             ("current", NOW - dt.timedelta(minutes=10), None)):  # 166.7 in the current one
+        AllocationInterval.objects.create(
+            cluster=cluster, holder_kind="pod", holder_uid=name, namespace="ml", name=name, node_name="node-a",
+            resource="nvidia.com/gpu", quantity=100 if name == "past" else 1000, started_at=start, ended_at=end)
+    window = (cb._floor(NOW, "day"), cb._floor(NOW, "day") + dt.timedelta(days=1))
+    everything = cb.Scope(True, set())
+
+    def hours(state: rollups.State) -> dict[dt.datetime, Decimal]:
+        return {r["period_start"]: r["unit_hours"] for r in rollups.report(
+            *window, step="hour", dimensions=(), scope=everything, state=state) if r["currency"] == "EUR"}
+
+    before = hours(rollups.State(cb._floor(NOW, "hour"), NOW))
+    soon = rollups.refresh(now=NOW + dt.timedelta(seconds=20))
+    assert soon.as_of == NOW
+    now_hours = hours(soon)
+    assert now_hours[past] == before.get(past, Decimal(0)) + 100  # the past interval: at once
+    assert now_hours[cb._floor(NOW, "hour")] == before[cb._floor(NOW, "hour")]  # the current hour: as of NOW
+    later = rollups.refresh(now=NOW + dt.timedelta(seconds=61))
+    assert later.as_of == NOW + dt.timedelta(seconds=61)
+    assert hours(later)[cb._floor(NOW, "hour")] > before[cb._floor(NOW, "hour")] + 150
+    _assert_equal(later)
 
 
 @pytest.mark.django_db(transaction=True)
