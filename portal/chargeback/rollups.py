@@ -119,7 +119,7 @@ class _Builder:
         units = interval["quantity"] * share
         admin = interval["admin_access"]
         for start, end in ranges:
-            lo, hi = max(interval["started_at"], start), min(interval["ended_at"] or now, end)
+            lo, hi = max(interval["started_at"], start), min(interval["ended_at"] or now, now, end)
             if hi <= lo:
                 continue
             for part_lo, part_hi, period in cb.priced_parts(periods, lo, hi):
@@ -389,16 +389,15 @@ def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple
             for row in _summed(model, field, lo, hi, step, dimensions, namespaces, cluster, period is not None):
                 moment = max(row.pop("bucket"), start) if period is None else period
                 add(moment, row, row["currency"], (row[f"{a}_sum"] for a in AMOUNTS))
-    # The window's partial hours (and anything past what is rolled up): priced from the intervals, as of as_of.
+    # The window's partial hours: priced from the intervals, as of as_of (nothing counts past it, so a window reaching
+    # into the future needs nothing more).
     edges = [(start, min(end, inner_lo)), (inner_hi, end)] if inner_hi > inner_lo else [(start, end)]
-    edges = [(lo, hi) for lo, hi in edges if hi > lo]
+    edges = [(lo, min(hi, state.as_of)) for lo, hi in edges if min(hi, state.as_of) > lo]
     names = cb._Names.load() if edges else None
     for lo, hi in edges:
         query = cb._interval_query(lo, hi, scope, cluster, tenant)
         if query is None or names is None:
             continue
-        if lo >= state.as_of:  # open intervals end at as_of: only intervals closed later than lo can reach here
-            query = query.filter(ended_at__gt=lo)
         intervals = list(cb._read(query.order_by("id")))
         busy = cb.busy_hours(lo, hi, {i["id"] for i in intervals})
         for piece in cb._priced(intervals, lo, hi, cb.buckets(lo, hi, "hour"), state.as_of, busy, names):

@@ -507,7 +507,7 @@ def _priced(intervals: list[dict[str, Any]], start: dt.datetime, end: dt.datetim
     append, zero = out.append, Decimal(0)
     for interval in intervals:
         lo = max(interval["started_at"], start)
-        hi = min(interval["ended_at"] or now, end)
+        hi = min(interval["ended_at"] or now, now, end)  # nothing counts past now (a clock ahead of ours)
         if hi <= lo:
             continue
         offering_id = offering_of.get(_mapping_key(interval))
