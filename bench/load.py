@@ -80,6 +80,10 @@ integration = User.objects.create_user("load-cmdb", password=None)
 integration.groups.add(Group.objects.get_or_create(name=Role.PLATFORM_ADMIN.value)[0])
 token = api_token_create(actor=None, user=integration, name="load", scopes=["inventory:read"],
                          expires_at=timezone.now() + dt.timedelta(days=1), rate_limit_per_minute=10_000_000)
+# Chargeback's hourly rollups (the beat keeps them current): rolled up once before measuring, as a portal that has
+# been running would have them, so the load phases see the steady state rather than the first backfill.
+from portal.chargeback.rollups import refresh
+refresh()
 node_pages = max(1, -(-Node.objects.filter(deleted_at__isnull=True).count() // 50))
 print(json.dumps({"node_pages": min(node_pages, 100), "session_cookie": settings.SESSION_COOKIE_NAME, "session": session.session_key,
                   "token": token.plaintext, "offerings": list(Offering.objects.values_list("slug", flat=True)[:50])}))
@@ -176,6 +180,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="Simulator churn, changes per second.")
     parser.add_argument("--think", type=float, default=0.0, help="Mean think time per client (0: none).")
     parser.add_argument("--db", default="portal_bench_load")
+    parser.add_argument("--profile", metavar="FILE", help="Sample the web's workers with py-spy (pip install "
+                        "'.[bench]') during the loaded phase and write the profile here (raw collapsed stacks).")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-load-"))
@@ -213,7 +219,13 @@ def main() -> int:
             print(f"churn at {args.rate:.0f}/s for {args.phase:.0f} s with {label} …", flush=True)
             locust = _locust(base, setup, env, users, args.phase, args.think, workdir / f"locust-{users}",
                              logs) if users else None
+            spy = subprocess.Popen(
+                [str(BIN / "py-spy"), "record", "--pid", str(procs[0].pid), "--subprocesses", "--idle",
+                 "--duration", str(int(args.phase)), "--format", "raw", "--output", args.profile, "--rate", "50"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.profile and users == args.users else None
             lag = _lag_phase(sim, recorder, dsn, cluster_id, args.rate, args.phase, during=locust)
+            if spy is not None:
+                spy.wait(timeout=args.phase + 60)
             endpoints = _read_stats(workdir / f"locust-{users}") if users else []
             phases[label] = {"users": users, "endpoints": endpoints, "sync_lag": lag}
     finally:
