@@ -73,7 +73,7 @@ member.groups.add(Group.objects.get_or_create(name=Role.TENANT_MEMBER.value)[0])
 TenantMembership.objects.create(user=member, tenant=Tenant.objects.get(slug="bench-1"), role="member")
 session = SessionStore()
 session[SESSION_KEY] = str(member.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]  # a backend Django no longer lists logs the user out
 session[HASH_SESSION_KEY] = member.get_session_auth_hash()
 session.create()
 integration = User.objects.create_user("load-cmdb", password=None)
@@ -115,8 +115,9 @@ def _warm(base: str, setup: dict, paths: list[str]) -> None:
             headers["Cookie"] = f"{setup['session_cookie']}={setup['session']}"
         request = urllib.request.Request(base + path, headers=headers)  # noqa: S310 - loopback
         try:
-            with urllib.request.urlopen(request, timeout=120):  # noqa: S310
-                pass
+            with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
+                if response.geturl() != base + path:  # urllib follows redirects: to the login page, say
+                    raise SystemExit(f"warm-up {path}: redirected to {response.geturl()}")
         except urllib.error.HTTPError as exc:
             raise SystemExit(f"warm-up {path}: {exc.code}") from None
 

@@ -94,6 +94,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="large")
     parser.add_argument("--db", default="portal_bench")
+    parser.add_argument("--profile", metavar="FILE", help="Run the sync under py-spy (pip install '.[bench]') and write "
+                        "its samples here (raw collapsed stacks); the timing then includes py-spy's overhead.")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-bench-"))
@@ -122,8 +124,10 @@ def main() -> int:
         print(f"kubectl (run 1): {kubectl_before:.2f}s", flush=True)
         out = workdir / "sync.txt"
         with out.open("wb") as fh:
+            spy = [str(Path(PY).parent / "py-spy"), "record", "--format", "raw", "--output", args.profile, "--rate",
+                   "50", "--subprocesses", "--"] if args.profile else []
             sync_seconds, sync_rss_kib, code = run_measured(
-                [PY, "manage.py", "sync", "--cluster", "large", "--once"], env=env, stdout=fh.fileno())
+                [*spy, PY, "manage.py", "sync", "--cluster", "large", "--once"], env=env, stdout=fh.fileno())
         print(out.read_text(), flush=True)
         if code != 0:
             raise SystemExit(f"sync failed with exit code {code}")

@@ -13,6 +13,7 @@ import re
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from catalog.models import OfferingPrice
@@ -197,6 +198,11 @@ def test_api_json_csv_detail_focus_and_scoping(books) -> None:
     assert pieces_sum == sum(Decimal(r["cost"]) for r in report["rows"]) == Decimal("2619.50")
     price_change = [p for p in report["intervals"] if p["holder"] == "pod/ml-research/train-1"]
     assert [(p["unit_price"], p["cost"]) for p in price_change] == [("4.0000", "96.000000"), ("3.0000", "72.000000")]
+    # Without detail the rows come from the hourly rollups: the same rows, up to the same moment.
+    rolled = _api(finance).get("/api/v1/chargeback/", params).json()
+    assert rolled["rows"] == report["rows"]
+    assert rolled["totals"] == report["totals"]
+    assert rolled["as_of"] == report["as_of"]
 
     response = _api(finance).get("/api/v1/chargeback/", {**params, "format": "csv"})
     assert response["Content-Type"].startswith("text/csv")
@@ -320,7 +326,11 @@ def test_statement_and_finance_pages(books, client) -> None:
     assert 'data-tenant="ml-research"' in html
     assert "2,619.50 EUR" in html
     assert client.get("/chargeback/", {"month": "2026-11", "tenant": "vision"}).context["rows"][0]["tenant"] == "vision"
-    assert client.get("/chargeback/", {"month": "garbage"}).status_code == 200  # falls back to this month
+    assert 'data-testid="as-of"' not in html  # November is over: nothing to qualify
+    this_month = client.get("/chargeback/", {"month": "garbage"})  # falls back to this month
+    assert this_month.status_code == 200
+    assert 'data-testid="as-of"' in this_month.content.decode()  # "Counted up to …": the rollups' moment
+    assert this_month.context["as_of"] <= timezone.now()
 
 
 FORMULAS = ("=HYPERLINK(\"http://evil.example/\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\t=1+1",
