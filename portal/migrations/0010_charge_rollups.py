@@ -134,6 +134,17 @@ DROP FUNCTION portal_chargerollup_mappings_written();
 """
 
 
+def _triggers(apps, schema_editor) -> None:
+    """PostgreSQL only: elsewhere (the SQLite of `manage.py demo`) reports price the intervals themselves."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(TRIGGERS)
+
+
+def _untriggers(apps, schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(UNTRIGGERS)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -207,5 +218,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('day', 'cluster', 'namespace', 'offering', 'currency'), name='portal_chargerollupday_unique', nulls_distinct=False)],
             },
         ),
-        migrations.RunSQL(TRIGGERS, UNTRIGGERS),
+        migrations.RunPython(_triggers, _untriggers),
     ]

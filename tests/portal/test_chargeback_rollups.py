@@ -299,3 +299,17 @@ def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None
         thread.join()
     assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False).until == cb._floor(NOW, "hour") + dt.timedelta(
         hours=2)
+
+
+def test_without_postgresql_the_reports_price_the_intervals(fleet, monkeypatch) -> None:
+    """`manage.py demo` runs on SQLite: no triggers, no rollups; the same functions answer from the engine."""
+    monkeypatch.setattr(rollups, "maintained", lambda: False)
+    state = rollups.refresh(now=NOW)
+    assert state == rollups.State(cb._floor(NOW, "hour"), NOW)
+    assert not ChargeRollupState.objects.exists()
+    start, end = WINDOWS[0]
+    everything = cb.Scope(True, set())
+    found = cb.pieces(start, end, step="day", scope=everything, now=NOW)
+    assert rollups.report(start, end, step="day", dimensions=("tenant",), scope=everything, state=state) == (
+        cb.aggregate(found, ("tenant",)))
+    assert not ChargeRollup.objects.exists()
