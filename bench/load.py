@@ -80,10 +80,6 @@ integration = User.objects.create_user("load-cmdb", password=None)
 integration.groups.add(Group.objects.get_or_create(name=Role.PLATFORM_ADMIN.value)[0])
 token = api_token_create(actor=None, user=integration, name="load", scopes=["inventory:read"],
                          expires_at=timezone.now() + dt.timedelta(days=1), rate_limit_per_minute=10_000_000)
-# Chargeback's hourly rollups (the beat keeps them current): rolled up once before measuring, as a portal that has
-# been running would have them, so the load phases see the steady state rather than the first backfill.
-from portal.chargeback.rollups import refresh
-refresh()
 node_pages = max(1, -(-Node.objects.filter(deleted_at__isnull=True).count() // 50))
 print(json.dumps({"node_pages": min(node_pages, 100), "session_cookie": settings.SESSION_COOKIE_NAME, "session": session.session_key,
                   "token": token.plaintext, "offerings": list(Offering.objects.values_list("slug", flat=True)[:50])}))

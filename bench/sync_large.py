@@ -70,11 +70,18 @@ def large_database(db: str, *, reuse: bool, scenario: str = "large") -> dict[str
     return env
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None, stdout: int | None = None) -> tuple[float, int, int]:
-    """Run a command; return (seconds, peak RSS in KiB, exit code) using wait4's rusage for that child."""
+def run_measured(cmd: list[str], env: dict[str, str] | None = None, stdout: int | None = None,
+                 profile: str | None = None) -> tuple[float, int, int]:
+    """Run a command; return (seconds, peak RSS in KiB, exit code) using wait4's rusage for that child. `profile`:
+    sample it with py-spy (attached to its pid) into that file."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=stdout if stdout is not None else subprocess.DEVNULL)
+    spy = subprocess.Popen([str(Path(PY).parent / "py-spy"), "record", "--pid", str(proc.pid), "--format", "raw",
+                            "--output", profile, "--rate", "50"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) if profile else None
     _, status, usage = os.wait4(proc.pid, 0)
+    if spy is not None:
+        spy.wait(timeout=60)  # py-spy writes its file when the process it samples exits
     proc.returncode = os.waitstatus_to_exitcode(status)
     return time.perf_counter() - started, usage.ru_maxrss, proc.returncode
 
@@ -124,10 +131,9 @@ def main() -> int:
         print(f"kubectl (run 1): {kubectl_before:.2f}s", flush=True)
         out = workdir / "sync.txt"
         with out.open("wb") as fh:
-            spy = [str(Path(PY).parent / "py-spy"), "record", "--format", "raw", "--output", args.profile, "--rate",
-                   "50", "--subprocesses", "--"] if args.profile else []
             sync_seconds, sync_rss_kib, code = run_measured(
-                [*spy, PY, "manage.py", "sync", "--cluster", "large", "--once"], env=env, stdout=fh.fileno())
+                [PY, "manage.py", "sync", "--cluster", "large", "--once"], env=env, stdout=fh.fileno(),
+                profile=args.profile)
         print(out.read_text(), flush=True)
         if code != 0:
             raise SystemExit(f"sync failed with exit code {code}")

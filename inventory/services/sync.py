@@ -23,6 +23,7 @@ from django.db import DatabaseError, IntegrityError, InterfaceError, Operational
 from django.db.models import F
 from django.utils import timezone
 
+from core.db import copy_upsert
 from inventory.errors import (
     ClusterError,
     ClusterRequestError,
@@ -179,7 +180,7 @@ def _upsert(model: type[KubeObject], rows: list[KubeObject], *, with_list_id: bo
     fields = _update_fields(model, with_list_id=with_list_id)
     try:
         with transaction.atomic():
-            model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["cluster", "uid"], update_fields=fields)
+            copy_upsert(model, rows, unique_fields=["cluster", "uid"], update_fields=fields)
         return len(rows)
     except DB_TRANSIENT:
         raise

@@ -306,7 +306,11 @@ def test_a_stale_lease_is_broken_and_the_fence_still_moves_forward(cluster: Clus
     fresh.release()
 
 
-def test_bad_objects_are_stored_and_flagged_without_blocking_the_batch(sim: Simulator, cluster: Cluster) -> None:
+@pytest.mark.parametrize("copy_path", [False, True], ids=["insert", "copy"])
+def test_bad_objects_are_stored_and_flagged_without_blocking_the_batch(sim: Simulator, cluster: Cluster,
+                                                                       copy_path: bool, monkeypatch) -> None:
+    if copy_path:  # a batch this small goes through bulk_create; force core.db.copy_upsert's COPY path
+        monkeypatch.setattr("core.db.SMALL", 0)
     _sync_once(cluster, kinds=("nodes",))
     state = sync_state_for(cluster_id=cluster.pk, kind="nodes")
     lease = lease_backend().acquire(state, 30)

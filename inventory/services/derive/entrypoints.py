@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.db import copy_upsert
 from inventory.models import (
     ChangeEvent,
     ClaimAllocation,
@@ -44,8 +45,7 @@ def _replace(model: type[Device] | type[Finding], cluster_id: int, scope_filter:
     if rows:
         fields = [f.name for f in model._meta.concrete_fields
                   if f.name not in {"id", "cluster", *unique, *keep_fields}]
-        model.objects.bulk_create(rows, batch_size=1000, update_conflicts=True, unique_fields=unique,
-                                  update_fields=fields)
+        copy_upsert(model, rows, unique_fields=unique, update_fields=fields)
 
 
 def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:

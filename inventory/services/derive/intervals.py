@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.db import copy_upsert
 from inventory.extract import parse_time
 from inventory.k8s import consumable
 from inventory.k8s.semantics.values import as_dict
@@ -67,9 +68,8 @@ def _upsert_intervals(cluster_id: int, holder_kind: str, holder_uids: set[str] |
         AllocationInterval.objects.filter(pk__in=stale, ended_at__isnull=True).update(ended_at=timezone.now())
     elif stale:
         AllocationInterval.objects.filter(pk__in=stale).delete()
-    AllocationInterval.objects.bulk_create(
-        rows, batch_size=1000, update_conflicts=True,
-        unique_fields=["cluster", "holder_kind", "holder_uid", "resource"],
+    copy_upsert(
+        AllocationInterval, rows, unique_fields=["cluster", "holder_kind", "holder_uid", "resource"],
         update_fields=["namespace", "name", "node_name", "quantity", "share", "consumed_capacity", "admin_access",
                        "started_at", "ended_at", "updated_at"],
     )

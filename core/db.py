@@ -1,0 +1,67 @@
+"""Bulk upserts through PostgreSQL's COPY: what `bulk_create(update_conflicts=True)` does, without composing an INSERT
+of a thousand rows' placeholders in Python.
+
+Profiling the initial sync of `large` (bench/sync_large.py --profile) showed most of its time in Django's SQL compiler
+and psycopg's query conversion building those statements, not in PostgreSQL. Here the rows are streamed into a
+per-session staging table with COPY (each value converted by its field, as `bulk_create` does) and written with one
+`INSERT ... SELECT ... ON CONFLICT DO UPDATE`. Same rows, same triggers (statement-level ones fire once), same errors:
+a value the database refuses fails the whole call, as a refused batch does.
+
+Elsewhere than PostgreSQL (the demo's SQLite) it is `bulk_create`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection, models, transaction
+
+SMALL = 50  # below this, bulk_create's one statement is as cheap
+
+
+def _quote(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def copy_upsert(model: type[models.Model], rows: Sequence[models.Model], *, unique_fields: list[str],
+                update_fields: list[str]) -> None:
+    """Insert `rows`, or update `update_fields` of the rows whose `unique_fields` already exist."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql" or len(rows) < SMALL:
+        model._default_manager.bulk_create(rows, batch_size=1000, update_conflicts=True, unique_fields=unique_fields,
+                                  update_fields=update_fields)
+        return
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(_column(model, f.name) for f in fields)
+    table = _quote(meta.db_table)
+    # Named by its columns: a long-lived connection never writes into the shape of a table before a migration.
+    stage = _quote(f"stage_{meta.db_table}_{zlib.crc32(columns.encode()):08x}")
+    conflict = ", ".join(_column(model, name) for name in unique_fields)
+    assignments = ", ".join(f"{_column(model, name)} = EXCLUDED.{_column(model, name)}" for name in update_fields)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The written columns only: no defaults (the target's id sequence), no constraints (the target checks).
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "  # noqa: S608 - names only
+                       f"SELECT {columns} FROM {table} WITH NO DATA")
+        # The driver's errors as Django's (DataError, IntegrityError ...), as cursor.execute raises them: callers that
+        # retry a refused batch row by row catch those.
+        with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([_value(field, row) for field in fields])
+        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} "  # noqa: S608 - names only
+                       f"ON CONFLICT ({conflict}) DO UPDATE SET {assignments}")
+        cursor.execute(f"TRUNCATE {stage}")  # the next call in this transaction starts empty
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or not field.column:
+        raise TypeError(f"{model.__name__}.{name} is not a column")  # a reverse relation: a caller's mistake
+    return _quote(field.column)
+
+
+def _value(field: models.Field[Any, Any], row: models.Model) -> Any:
+    return field.get_db_prep_save(field.pre_save(row, True), connection)
