@@ -160,6 +160,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--db", default="portal_bench_lag")
+    parser.add_argument("--profile", metavar="FILE", help="Sample the watch worker with py-spy (pip install "
+                        "'.[bench]') while the churn runs; raw collapsed stacks (bench/profile_summary.py reads them).")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-lag-"))
@@ -176,7 +178,13 @@ def main() -> int:
         recorder.active = True
         sim.churn.start(rate_per_second=args.rate, seed=7)
         started, changes_before = time.monotonic(), sim.churn.changes
+        spy = subprocess.Popen(
+            [str(Path(PY).parent / "py-spy"), "record", "--pid", str(procs[0].pid), "--idle", "--duration",
+             str(int(args.seconds)), "--format", "raw", "--output", args.profile, "--rate", "50"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.profile else None
         time.sleep(args.seconds)
+        if spy is not None:
+            spy.wait(timeout=60)
         sim.churn.stop()
         elapsed = time.monotonic() - started
         achieved = (sim.churn.changes - changes_before) / elapsed
