@@ -56,11 +56,16 @@ def copy_upsert(model: type[models.Model], rows: Sequence[models.Model], *, uniq
         cursor.execute(f"TRUNCATE {stage}")  # the next call in this transaction starts empty
 
 
-def _column(model: type[models.Model], name: str) -> str:
+def column_name(model: type[models.Model], name: str) -> str:
+    """The database column of the concrete field `name` (a TypeError for a reverse relation: a caller's mistake)."""
     field = model._meta.get_field(name)
     if not isinstance(field, models.Field) or not field.column:
-        raise TypeError(f"{model.__name__}.{name} is not a column")  # a reverse relation: a caller's mistake
-    return _quote(field.column)
+        raise TypeError(f"{name} is not a concrete column of {model.__name__}")
+    return str(field.column)
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    return _quote(column_name(model, name))
 
 
 def _value(field: models.Field[Any, Any], row: models.Model) -> Any:

@@ -20,9 +20,10 @@ from itertools import chain, islice
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Field
+from django.db.models import F
 from django.utils import timezone
 
+from core.db import column_name
 from inventory.changefeed import (
     NODE_SNAPSHOT_COLUMNS,
     Position,
@@ -52,13 +53,6 @@ class PendingChange:
     snapshot: str = ""
 
 
-def _column(model: type[ChangeEvent], name: str) -> str:
-    field = model._meta.get_field(name)
-    if not isinstance(field, Field) or not field.column:
-        raise TypeError(f"{name} is not a concrete column of {model.__name__}")
-    return str(field.column)
-
-
 def change_feed_lock(*, cluster_id: int) -> None:
     """Serialize this cluster's CMDB writers until the transaction ends (PostgreSQL; SQLite has one writer)."""
     if connection.vendor != "postgresql":
@@ -86,7 +80,7 @@ def changes_record(*, cluster_id: int, object_type: str, changes: Iterable[Pendi
             for c in chain([first], pending))
     written = 0
     if connection.vendor == "postgresql":
-        columns = ", ".join(connection.ops.quote_name(_column(ChangeEvent, name)) for name in _COLUMNS)
+        columns = ", ".join(connection.ops.quote_name(column_name(ChangeEvent, name)) for name in _COLUMNS)
         table = connection.ops.quote_name(ChangeEvent._meta.db_table)
         with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for row in rows:

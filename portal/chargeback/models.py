@@ -33,18 +33,15 @@ def _amount(help_text: str = "") -> Any:
     return models.DecimalField(max_digits=24, decimal_places=6, default=0, help_text=help_text)
 
 
-class ChargeRollup(models.Model):
-    """One UTC hour of one namespace's charges for one offering and currency: sums of the engine's hourly atoms
-    (portal/chargeback/rollups.py). Derived from the priced allocation intervals, which stay the source of truth;
-    kept current by the refresh (beat, and before every read) and rebuilt from them whenever they change."""
+class _ChargeSums(models.Model):
+    """One cell (cluster, namespace, offering, currency) of a period: the sums of the engine's hourly atoms."""
 
-    hour = models.DateTimeField()
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     namespace = models.CharField(max_length=253)
     offering = models.ForeignKey("catalog.Offering", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="+", help_text="Empty: unpriced (no offering matched).")
     currency = models.CharField(max_length=3, blank=True)
-    pieces = models.IntegerField(default=0, help_text="Atoms summed (intervals holding in this hour).")
+    pieces = models.IntegerField(default=0, help_text="Atoms summed (intervals holding in the period).")
     unit_hours = _amount()
     cost = _amount()
     admin_unit_hours = _amount()
@@ -52,6 +49,17 @@ class ChargeRollup(models.Model):
     measured_unit_hours = _amount()
     used_cost = _amount()
     idle_cost = _amount()
+
+    class Meta:
+        abstract = True
+
+
+class ChargeRollup(_ChargeSums):
+    """One UTC hour of one namespace's charges for one offering and currency (portal/chargeback/rollups.py). Derived
+    from the priced allocation intervals, which stay the source of truth; kept current by the refresh (beat, and
+    before every read) and rebuilt from them whenever they change."""
+
+    hour = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["hour", "cluster", "namespace", "offering", "currency"],
@@ -62,23 +70,10 @@ class ChargeRollup(models.Model):
         return f"{self.hour:%Y-%m-%dT%H} {self.cluster_id}/{self.namespace} {self.offering_id}: {self.cost} {self.currency}"
 
 
-class ChargeRollupDay(models.Model):
+class ChargeRollupDay(_ChargeSums):
     """The hourly rollups summed per UTC day (a month's page reads 31 rows per cell instead of 744)."""
 
     day = models.DateTimeField()
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    namespace = models.CharField(max_length=253)
-    offering = models.ForeignKey("catalog.Offering", null=True, blank=True, on_delete=models.PROTECT,
-                                 related_name="+")
-    currency = models.CharField(max_length=3, blank=True)
-    pieces = models.IntegerField(default=0)
-    unit_hours = _amount()
-    cost = _amount()
-    admin_unit_hours = _amount()
-    unpriced_unit_hours = _amount()
-    measured_unit_hours = _amount()
-    used_cost = _amount()
-    idle_cost = _amount()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "cluster", "namespace", "offering", "currency"],

@@ -59,9 +59,10 @@ def _zero() -> list[Any]:
     return list(_ZERO)
 
 
-def _ceil_hour(moment: dt.datetime) -> dt.datetime:
-    floor = cb._floor(moment, "hour")
-    return floor if floor == moment else floor + HOUR
+def _ceil(moment: dt.datetime, step: str) -> dt.datetime:
+    """The first `step` boundary (hour or day) at or after `moment`."""
+    floor = cb._floor(moment, step)
+    return floor if floor == moment else floor + (HOUR if step == "hour" else DAY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +319,7 @@ def refresh(*, now: dt.datetime | None = None, wait: bool = True, max_age: dt.ti
         regions: list[Region] = []
         for _, cluster_id, namespace, start, end in dirty:
             lo = cb._floor(start, "hour") if start else (earliest or provisional_end)
-            hi = min(_ceil_hour(end), provisional_end) if end else provisional_end
+            hi = min(_ceil(end, "hour"), provisional_end) if end else provisional_end
             if hi > lo:
                 regions.append(Region(cluster_id, namespace, lo, hi))
         # The current hour is rolled up whole as of one moment (as_of), again once that is older than max_age: a
@@ -388,9 +389,9 @@ def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple
             row[name] += amount
 
     covered_end = state.until + HOUR
-    inner_lo, inner_hi = _ceil_hour(start), min(cb._floor(end, "hour"), covered_end)
+    inner_lo, inner_hi = _ceil(start, "hour"), min(cb._floor(end, "hour"), covered_end)
     if inner_hi > inner_lo:
-        days_lo = _ceil_day(inner_lo)
+        days_lo = _ceil(inner_lo, "day")
         days_hi = min(cb._floor(inner_hi, "day"), cb._floor(state.until, "day"))  # whole days, fully materialized
         if step == "hour" or days_hi <= days_lo:
             days_lo = days_hi = inner_lo
@@ -427,11 +428,6 @@ def totals(start: dt.datetime, end: dt.datetime, *, scope: cb.Scope, state: Stat
     rows = report(start, end, step="month", dimensions=(), scope=scope, state=state, cluster=cluster, tenant=tenant,
                   period=cb.EPOCH)
     return [{k: v for k, v in row.items() if k != "period_start"} for row in rows]
-
-
-def _ceil_day(moment: dt.datetime) -> dt.datetime:
-    floor = cb._floor(moment, "day")
-    return floor if floor == moment else floor + DAY
 
 
 def _labels() -> dict[str, str]:
