@@ -131,6 +131,7 @@ class Device(models.Model):
             models.Index(fields=["cluster", "node_name"], name="inv_device_node"),
             models.Index(fields=["cluster", "driver", "pool"], name="inv_device_pool"),
             models.Index(fields=["model", "mode"], name="inv_device_model_mode"),
+            models.Index(fields=["node_pool"], name="inv_device_node_pool"),  # the pool filter's choices
             models.Index(fields=["free"], condition=Q(free__gt=0), name="inv_device_free"),
         ]
 

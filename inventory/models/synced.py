@@ -249,7 +249,11 @@ class Node(KubeObject):
     class Meta(KubeObject.Meta):
         ordering = ["name"]
         constraints = _kube_constraints("node")
-        indexes = _kube_indexes("node")
+        indexes = [
+            *_kube_indexes("node"),
+            # The node list's order (page and API): a page is an index range, not a sort of every live node.
+            models.Index(fields=["name", "id"], condition=Q(deleted_at__isnull=True), name="inv_node_live_order"),
+        ]
 
     def get_absolute_url(self) -> str:
         return reverse("inventory:node_detail", kwargs={"pk": self.pk})
@@ -283,6 +287,9 @@ class Pod(KubeObject):
             models.Index(fields=["cluster", "node_name"], name="inv_pod_node"),
             models.Index(fields=["cluster"], condition=Q(accelerator=True, deleted_at__isnull=True),
                          name="inv_pod_accel"),
+            # The accelerator pod list's order (/api/v1/pods/): the first page without sorting every live pod.
+            models.Index(fields=["namespace", "name", "id"], condition=Q(accelerator=True, deleted_at__isnull=True),
+                         name="inv_pod_accel_order"),
         ]
 
 

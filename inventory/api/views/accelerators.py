@@ -78,11 +78,14 @@ class DeviceViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class AcceleratorPodViewSet(PortalExceptionHandlerMixin, viewsets.ReadOnlyModelViewSet):
-    """Live pods that request accelerators (vendor extended resources or resource claims), with their stage."""
+    """Live pods that request accelerators (vendor extended resources or resource claims), with their stage.
+
+    Paged without COUNT(*) (`count` is null, follow `next`), like the device list: the largest live table after it."""
 
     token_scope = "inventory:read"  # noqa: S105 - a scope name, not a secret
     serializer_class = AcceleratorPodSerializer
     filterset_class = PodFilterSet
+    pagination_class = NoCountLimitOffsetPagination
 
     def get_queryset(self) -> QuerySet[Pod]:
         return (
