@@ -195,3 +195,23 @@ def test_rendering_pages_and_lists_never_decrypts_a_kubeconfig(monkeypatch: pyte
 
     client_for(Cluster.objects.get(pk=clusters[0].pk))
     assert len(decryptions) == 1  # the one place that needs the secret still gets it
+
+
+def test_sessions_are_read_from_the_cache_and_end_at_logout(db) -> None:
+    """cached_db sessions: a page view reads its session from the cache (no django_session query), and logging out
+    ends the session in the cache too, so the old cookie is refused."""
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    client.force_login(make_user("carol", Role.TENANT_MEMBER))
+    assert client.get("/catalog/", secure=True).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/catalog/", secure=True).status_code == 200
+    assert not [q["sql"] for q in queries.captured_queries if "django_session" in q["sql"]]
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    assert client.post("/logout/", secure=True).status_code == 302
+    stale = Client()
+    stale.cookies[settings.SESSION_COOKIE_NAME] = cookie
+    assert stale.get("/catalog/", secure=True).status_code == 302  # to the login page

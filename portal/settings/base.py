@@ -207,6 +207,9 @@ PORTAL_LEASE_BACKEND = env("PORTAL_LEASE_BACKEND", default="redis" if REDIS_URL 
 if REDIS_URL:
     # Shared by every process: API token rate limits and the task debounces count across workers.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Sessions are read from Redis and written through to PostgreSQL: a page view no longer queries django_session
+    # (a lost Redis costs a re-read, never a logout; Redis runs with noeviction, docs/deploy.md).
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
