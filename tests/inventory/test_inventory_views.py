@@ -563,3 +563,24 @@ def test_device_paths_are_both_listed(client: Client, member: User, world) -> No
     client.force_login(member)
     response = client.get(reverse("inventory:capacity"))
     assert {d.path for d in response.context["page_obj"]} == {Path.DRA, Path.DEVICE_PLUGIN}
+
+
+@pytest.mark.parametrize("name", ["inventory:capacity", "inventory:pending_pods", "inventory:findings",
+                                  "inventory:node_list"])
+def test_the_cluster_filter_reads_its_choices_in_one_plain_query(client: Client, member: User, name: str) -> None:
+    """No server-side cursor (DECLARE, FETCH, CLOSE: three round trips per page view) and no kubeconfig column."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    clusters = ClusterFactory.create_batch(2)
+    client.force_login(member)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse(name))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert all(f'<option value="{cluster.pk}">{cluster.name}</option>' in page for cluster in clusters)
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not [sql for sql in statements if sql.lstrip().upper().startswith("DECLARE")]
+    cluster_reads = [sql for sql in statements if 'FROM "inventory_cluster"' in sql]
+    assert cluster_reads
+    assert not [sql for sql in cluster_reads if "kubeconfig" in sql]
