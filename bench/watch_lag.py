@@ -138,15 +138,23 @@ def synced_simulator(scenario: str, db: str, workdir: Path,
     return sim, recorder, env, cluster_id
 
 
-def start_workers(env: dict[str, str], workdir: Path) -> list[subprocess.Popen]:
+def watch_threads(clusters: int) -> int:
+    from inventory.k8s.types import KINDS
+
+    return len(KINDS) * clusters + 4
+
+
+def start_workers(env: dict[str, str], workdir: Path, clusters: int = 1) -> list[subprocess.Popen]:
     """The production topology (`make worker`): watchers on their own thread-pool worker, CPU-heavy work (the
     catalog's capacity recomputation after sync batches) on a separate default-queue worker process, and beat.
-    Each in its own session (stop with os.killpg); logs in `workdir`."""
+    Each in its own session (stop with os.killpg); logs in `workdir`. The watch pool has a thread for every
+    (cluster, kind) watcher, as docs/deploy.md requires (a kind the cluster does not serve holds one too), and 4 more
+    (queue positions, a successor window being handed over)."""
     celery = [PY, "-m", "celery", "-A", "portal"]
     spawn = {"cwd": ROOT, "env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
     commands = {
-        "watch": [*celery, "worker", "-Q", "watch", "-P", "threads", "-c", "16", "-n", "watch@%h", "--loglevel",
-                  "WARNING"],
+        "watch": [*celery, "worker", "-Q", "watch", "-P", "threads", "-c", str(watch_threads(clusters)), "-n",
+                  "watch@%h", "--loglevel", "WARNING"],
         "default": [*celery, "worker", "-Q", "default", "-P", "solo", "-n", "default@%h", "--loglevel", "WARNING"],
         "beat": [*celery, "beat", "--loglevel", "WARNING", "-s", str(workdir / "beat-schedule")],
     }
