@@ -246,3 +246,39 @@ def test_rename_by_default_gpu_shared_units_are_time_slice_replicas(cluster, app
     assert device(cluster, "node/t4/nvidia.com/gpu.shared").mode == Mode.TIME_SLICING
     overview = {r.unit: r for r in accelerator_overview(Device.objects.filter(cluster=cluster))}
     assert overview["nvidia.com/gpu.shared"].cards == 2
+
+
+def test_a_whole_cluster_derivation_goes_pool_chunk_by_chunk(cluster, apply, monkeypatch) -> None:
+    """Bounded memory: a whole-cluster derivation reads and writes POOL_CHUNK pools at a time, with the same rows as
+    one step, and still removes the devices and findings of a pool whose slices went away behind its back."""
+    from django.utils import timezone
+
+    from inventory.models import ResourceSlice
+    from inventory.services.derive import entrypoints
+
+    names = [f"d{i}" for i in range(5)]
+    apply("nodes", *[node(name, labels=GFD_H100) for name in names])
+    apply("resourceslices", *[resource_slice(f"s-{name}", name, node_name=name, count=2 if name == "d0" else 1,
+                                             devices=[gpu_device("gpu-0"), gpu_device("gpu-1")]) for name in names])
+    apply("resourceclaims", claim("c", [("gpu.nvidia.com", "d3", "gpu-1")]))
+
+    def rows() -> tuple[list[tuple], list[tuple]]:
+        return (sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "health",
+                                                                          "pool_complete")),
+                sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "scope", "subject")))
+
+    before = rows()
+    assert (Finding.Kind.POOL_INCOMPLETE, "pool/gpu.nvidia.com/d0", "pool/gpu.nvidia.com/d0") in before[1]
+    chunks: list[int] = []
+    states = entrypoints.pool_states
+    monkeypatch.setattr(entrypoints, "POOL_CHUNK", 2)
+    monkeypatch.setattr(entrypoints, "pool_states", lambda cid, pools: chunks.append(len(pools)) or states(cid, pools))
+    derive_cluster(cluster_id=cluster.pk)
+    assert rows() == before
+    assert chunks == [2, 2, 1]
+
+    ResourceSlice.objects.filter(cluster=cluster, name__in=["s-d0", "s-d4"]).update(deleted_at=timezone.now())
+    derive_cluster(cluster_id=cluster.pk)
+    devices, found = rows()
+    assert {key.split("/")[1] for key, *_ in devices} == {"d1", "d2", "d3"}
+    assert [scope for _, scope, _ in found if scope.startswith("pool/")] == []  # d0's incomplete pool is gone

@@ -4,9 +4,12 @@ attributes and finding rows."""
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 
 from inventory.k8s.semantics import BLOCKING_TAINT_EFFECTS, parse_quantity
 from inventory.models import (
@@ -30,6 +33,17 @@ MIG_GPU_SLICES_DEFAULT = 7
 MIG_GPU_SLICES = (("A30", 4),)
 
 PoolKey = tuple[str, str]  # (driver, pool)
+
+
+def pools_q(pools: Iterable[PoolKey], *, driver: str = "driver", pool: str = "pool") -> Q:
+    """Q for rows of these pools: one `driver = … AND pool IN (…)` per driver (a few), not one term per pool."""
+    by_driver: dict[str, list[str]] = defaultdict(list)
+    for driver_name, pool_name in pools:
+        by_driver[driver_name].append(pool_name)
+    condition = Q(pk__in=[])
+    for driver_name, names in sorted(by_driver.items()):
+        condition |= Q(**{driver: driver_name, f"{pool}__in": sorted(names)})
+    return condition
 
 
 def quantity_int(value: Any) -> int:

@@ -8,8 +8,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q
-
 from inventory.k8s import consumable
 from inventory.k8s.semantics.values import as_dict, as_list
 from inventory.models import (
@@ -29,6 +27,7 @@ from inventory.services.derive.common import (
     finding_row,
     mib,
     node_pool,
+    pools_q,
     quantity_int,
 )
 
@@ -51,10 +50,7 @@ class PoolState:
 def pool_states(cluster_id: int, pools: set[PoolKey] | None) -> dict[PoolKey, PoolState]:
     slices = ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
     if pools is not None:
-        condition = Q(pk__in=[])
-        for driver, pool in pools:
-            condition |= Q(driver=driver, pool_name=pool)
-        slices = slices.filter(condition)
+        slices = slices.filter(pools_q(pools, pool="pool_name"))
     grouped: dict[PoolKey, list[dict[str, Any]]] = defaultdict(list)
     for row in slices.values("name", "driver", "pool_name", "pool_generation", "pool_slice_count", "node_name", "raw"):
         grouped[(row["driver"], row["pool_name"])].append(row)

@@ -22,13 +22,15 @@ from inventory.models import (
 from inventory.representations import device_content_hash, device_documents
 from inventory.services.changes import changes_record, device_changes
 from inventory.services.derive.claims import claim_allocations_rebuild
-from inventory.services.derive.common import PoolKey
+from inventory.services.derive.common import PoolKey, pools_q
 from inventory.services.derive.dra import PoolState, dra_devices, pool_findings, pool_states
 from inventory.services.derive.intervals import claim_intervals_derive, claims_with_shares, pod_intervals_derive
 from inventory.services.derive.nodes import node_findings
 from inventory.services.derive.plugin import plugin_devices, pod_requests_by_node
 from inventory.services.derive.scopes import Scope
 from inventory.signals import devices_changed
+
+POOL_CHUNK = 500  # pools per step of a whole-cluster derivation (its memory: one chunk's slices and devices)
 
 
 def _replace(model: type[Device] | type[Finding], cluster_id: int, scope_filter: Q, rows: list[Any],
@@ -67,7 +69,12 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
         pod_intervals_derive(cluster_id=cluster_id, pod_uids=scope.pod_uids)
 
     if nodes is None or pools is None:  # all devices: node and pool rows depend on each other
-        _derive_pools(cluster_id, None, pool_states(cluster_id, None))
+        # Pool by pool, POOL_CHUNK at a time: the memory of a whole-cluster derivation is one chunk's slices and
+        # devices, not the cluster's (on `large`, 5,000 slices and 20,000 DRA devices were 380 MB at once).
+        known = sorted(_known_pools(cluster_id))
+        for start in range(0, len(known), POOL_CHUNK):
+            chunk = set(known[start:start + POOL_CHUNK])
+            _derive_pools(cluster_id, chunk, pool_states(cluster_id, chunk))
         _derive_nodes(cluster_id, None)
         return
     nodes, pools = set(nodes), set(pools)
@@ -90,14 +97,22 @@ def _node_rows(cluster_id: int, nodes: set[str] | None) -> dict[str, dict[str, A
     return {r["name"]: r for r in rows.values("name", "labels", "capacity", "allocatable", "ready", "unschedulable")}
 
 
-def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[PoolKey, PoolState]) -> None:
+def _known_pools(cluster_id: int) -> set[PoolKey]:
+    """Every pool the cluster's DRA rows name: published in a live slice, or still carrying devices or findings
+    (which a whole-cluster derivation must remove when the pool is gone)."""
+    pools: set[PoolKey] = set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
+                              .values_list("driver", "pool_name").distinct())
+    pools |= set(Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).values_list("driver", "pool").distinct())
+    for scope in (Finding.objects.filter(cluster_id=cluster_id, scope__startswith="pool/")
+                  .values_list("scope", flat=True).distinct()):
+        _, driver, pool = [*scope.split("/", 2), "", ""][:3]  # pool/<driver>/<pool>: a driver has no slash
+        pools.add((driver, pool))
+    return pools
+
+
+def _derive_pools(cluster_id: int, pools: set[PoolKey], states: dict[PoolKey, PoolState]) -> None:
     allocations: dict[PoolKey, list[ClaimAllocation]] = defaultdict(list)
-    query = ClaimAllocation.objects.filter(cluster_id=cluster_id)
-    if pools is not None:
-        condition = Q(pk__in=[])
-        for driver, pool in pools:
-            condition |= Q(driver=driver, pool=pool)
-        query = query.filter(condition)
+    query = ClaimAllocation.objects.filter(cluster_id=cluster_id).filter(pools_q(pools))
     for allocation in query.order_by("claim_uid", "request", "device"):
         allocations[(allocation.driver, allocation.pool)].append(allocation)
     node_names = {r["node_name"] for s in states.values() for r in s.current if r["node_name"]}
@@ -112,13 +127,8 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey] | None, states: dict[Pool
         pool_devices = dra_devices(cluster_id, states[key], allocations.get(key, []), nodes)
         devices.extend(pool_devices)
         findings.extend(pool_findings(cluster_id, states[key], pool_devices))
-    if pools is None:
-        device_scope, finding_scope = Q(path=Path.DRA), Q(scope__startswith="pool/")
-    else:
-        device_scope, finding_scope = Q(pk__in=[]), Q(pk__in=[])
-        for driver, pool in pools:
-            device_scope |= Q(path=Path.DRA, driver=driver, pool=pool)
-            finding_scope |= Q(scope=f"pool/{driver}/{pool}")
+    device_scope = Q(path=Path.DRA) & pools_q(pools)
+    finding_scope = Q(scope__in=sorted(f"pool/{driver}/{pool}" for driver, pool in pools))
     _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
 
