@@ -47,3 +47,29 @@ def test_the_window_resets(member, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_default_limit_comes_from_settings(member, settings) -> None:
     settings.PORTAL_API_TOKEN_RATE_LIMIT_PER_MINUTE = 42
     assert make_token(member, "inventory:read").token.rate_limit_per_minute == 42
+
+
+def test_on_redis_a_request_costs_one_round_trip(member, frozen_time, settings, monkeypatch) -> None:
+    """Production's cache: INCR and EXPIRE in one pipeline (Django's add + incr took three round trips)."""
+    import redis.connection
+    from django.core.cache import caches
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": settings.REDIS_URL, "KEY_PREFIX": "throttle-test"}}
+    token = make_token(member, "inventory:read", name="on-redis", rate_limit_per_minute=2)
+    client = bearer(token.plaintext)
+    sent = []
+    original = redis.connection.AbstractConnection.send_packed_command
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
+                        lambda self, command, *args, **kwargs: sent.append(command) or original(
+                            self, command, *args, **kwargs))
+    try:
+        assert [client.get(URL).status_code for _ in range(3)] == [200, 200, 429]
+        counting = [c for c in sent if b"apitokens:rate" in b"".join(c if isinstance(c, list) else [c])]
+        assert len(counting) == 3  # one per request (the others: the connection's handshake)
+        key = caches["default"].make_and_validate_key(f"apitokens:rate:{token.token.pk}:{int(frozen_time // 60)}")
+        raw = caches["default"]._cache.get_client(key)
+        assert int(raw.get(key)) == 3
+        assert 0 < raw.ttl(key) <= 120
+    finally:
+        caches["default"].clear()
