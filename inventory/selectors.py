@@ -197,7 +197,7 @@ def dra_served_version(cluster: Cluster) -> str:
 
 def dra_unavailable_clusters() -> list[tuple[Cluster, str]]:
     """(cluster, reason) for every cluster that does not serve DRA: DRA offerings are unavailable there."""
-    clusters = Cluster.objects.defer("kubeconfig").order_by("name")
+    clusters = Cluster.objects.only("pk", "name", "api_discovery").order_by("name")  # on every catalog view
     return [(cluster, reason) for cluster in clusters if (reason := dra_unavailable_reason(cluster))]
 
 

@@ -132,6 +132,12 @@ class Device(models.Model):
             models.Index(fields=["cluster", "driver", "pool"], name="inv_device_pool"),
             models.Index(fields=["model", "mode"], name="inv_device_model_mode"),
             models.Index(fields=["node_pool"], name="inv_device_node_pool"),  # the pool filter's choices
+            # The accelerator overview reads these columns of every device: from this narrow index (5 MB on `large`)
+            # instead of the 46 MB table, already in its grouping order (57 → 20 ms on `large`, vacuumed).
+            models.Index(fields=["cluster", "model", "mode", "unit", "node_name", "node_schedulable"],
+                         include=["capacity", "allocatable", "in_use", "free", "unhealthy", "cards", "pool_complete",
+                                  "parent"],
+                         name="inv_device_overview"),
             models.Index(fields=["free"], condition=Q(free__gt=0), name="inv_device_free"),
         ]
 
