@@ -118,6 +118,32 @@ def _warm(base: str, setup: dict, paths: list[str]) -> None:
             raise SystemExit(f"warm-up {path}: {exc.code}") from None
 
 
+CPU_GROUPS = (("web", "gunicorn"), ("watch worker", "-Q watch"), ("default worker", "-Q default"), ("beat", " beat "),
+              ("locust", "locust"), ("postgresql", "postgres:"), ("redis", "redis-server"))
+
+
+def cpu_by_group() -> dict[str, float]:
+    """CPU seconds (user + system) so far of every process on the machine, summed by what it is (CPU_GROUPS; this
+    process — the simulator, its churn and the lag poller — is "simulator"). Differences of two calls tell where a
+    phase's CPU went; processes that ended in between are missed."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        group = "simulator" if int(entry.name) == os.getpid() else next(
+            (name for name, marker in CPU_GROUPS if marker in f" {command} "), "other")
+        totals[group] = totals.get(group, 0.0) + seconds
+    return totals
+
+
 def _lag_phase(sim: Simulator, recorder: Recorder, dsn: str, cluster_id: int, rate: float, seconds: float,
                during: subprocess.Popen | None = None) -> dict:
     lags: list[float] = []
@@ -126,13 +152,15 @@ def _lag_phase(sim: Simulator, recorder: Recorder, dsn: str, cluster_id: int, ra
     poller.start()
     recorder.active = True
     sim.churn.start(rate_per_second=rate, seed=int(time.time()))
-    started, before = time.monotonic(), sim.churn.changes
+    started, before, cpu_before = time.monotonic(), sim.churn.changes, cpu_by_group()
     if during is not None:
         during.wait(timeout=seconds + 120)
     else:
         time.sleep(seconds)
     sim.churn.stop()
     elapsed = time.monotonic() - started
+    cpu = {group: round((seconds_now - cpu_before.get(group, 0.0)) / elapsed, 2)
+           for group, seconds_now in sorted(cpu_by_group().items())}
     recorder.active = False
     stop.set()
     poller.join(timeout=90)
@@ -142,7 +170,7 @@ def _lag_phase(sim: Simulator, recorder: Recorder, dsn: str, cluster_id: int, ra
     return {"changes_per_second": round((sim.churn.changes - before) / elapsed, 1), "events_measured": len(lags),
             "events_lost": len(lags) - len(finite), "lag_p50_s": round(percentile(finite, 0.50), 3),
             "lag_p95_s": round(percentile(finite, 0.95), 3), "lag_p99_s": round(percentile(finite, 0.99), 3),
-            "lag_max_s": round(max(finite), 3)}
+            "lag_max_s": round(max(finite), 3), "cpu_cores_by_process": cpu}
 
 
 def _locust(base: str, setup: dict, env: dict, users: int, seconds: float, think: float, prefix: Path,
@@ -250,6 +278,12 @@ def main() -> int:
         lag = phase["sync_lag"]
         print(f"  {label:<12} p50 {lag['lag_p50_s']:.2f} s  p95 {lag['lag_p95_s']:.2f} s  p99 {lag['lag_p99_s']:.2f} s"
               f"  max {lag['lag_max_s']:.2f} s  ({lag['events_measured']} events, {lag['events_lost']} lost)")
+    print("\nCPU used, in cores (of 2), per phase:")
+    groups = sorted({g for phase in phases.values() for g in phase["sync_lag"]["cpu_cores_by_process"]})
+    print(f"  {'':<12} " + " ".join(f"{g:>14}" for g in groups))
+    for label, phase in phases.items():
+        used = phase["sync_lag"]["cpu_cores_by_process"]
+        print(f"  {label:<12} " + " ".join(f"{used.get(g, 0.0):>14.2f}" for g in groups))
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
     (results / f"load_{args.scenario}.json").write_text(json.dumps(result, indent=2))
