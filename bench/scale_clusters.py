@@ -55,7 +55,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sync_large import KINDS as KUBECTL_KINDS
 from sync_large import kubectl_all, recreate_database, run_measured
-from watch_lag import TABLES, free_port, percentile, start_workers, watch_threads
+from watch_lag import Write, free_port, percentile, poll_clusters, start_workers, watch_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,7 +65,6 @@ from inventory.k8s.types import KINDS  # noqa: E402
 PY = sys.executable
 CHILD = ROOT / "bench" / "scale_child.py"
 OTHER_CONNECTIONS = 4  # the default worker, beat, the poller and the sampler
-Write = tuple[int, str, str, int, bool, float]  # cluster id, kind, uid, resourceVersion, deleted, time of the write
 
 
 class Feed:
@@ -78,6 +77,11 @@ class Feed:
     def add(self, write: Write) -> None:
         with self.lock:
             self.pending.append(write)
+
+    def take(self) -> list[Write]:
+        with self.lock:
+            writes, self.pending = self.pending, []
+        return writes
 
 
 class SimChild:
@@ -133,43 +137,6 @@ class SimChild:
             except (OSError, subprocess.TimeoutExpired):
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
-
-
-def poll_clusters(dsn: str, feed: Feed, stop: threading.Event, lags: list[tuple[int, float]]) -> None:
-    """bench/watch_lag.py's poll for many clusters: each write keyed by (cluster id, kind, uid); (cluster id, lag)
-    into `lags`, inf for a write not visible 30 s after it was made once `stop` is set."""
-    waiting: list[Write] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set() or waiting:
-            with feed.lock:
-                waiting.extend(feed.pending)
-                feed.pending.clear()
-            if not waiting:
-                time.sleep(0.02)
-                continue
-            now = time.time()
-            groups: dict[tuple[int, str], list[str]] = {}
-            for cluster_id, kind, uid, _rv, _deleted, _t in waiting:
-                groups.setdefault((cluster_id, kind), []).append(uid)
-            seen: dict[tuple[int, str, str], tuple[int, bool]] = {}
-            for (cluster_id, kind), uids in groups.items():
-                rows = conn.execute(
-                    f"SELECT uid, resource_version, deleted_at IS NOT NULL FROM {TABLES[kind]} "  # noqa: S608
-                    "WHERE cluster_id = %s AND uid = ANY(%s)", (cluster_id, uids)).fetchall()
-                for uid, rv, deleted in rows:
-                    seen[(cluster_id, kind, str(uid))] = (int(rv or 0), deleted)
-            still = []
-            for item in waiting:
-                cluster_id, kind, uid, rv, deleted, changed_at = item
-                row = seen.get((cluster_id, kind, uid))
-                if row and (row[1] if deleted else row[0] >= rv):
-                    lags.append((cluster_id, now - changed_at))
-                elif stop.is_set() and now - changed_at > 30:
-                    lags.append((cluster_id, float("inf")))  # never arrived
-                else:
-                    still.append(item)
-            waiting = still
-            time.sleep(0.02)
 
 
 def sample_connections(dsn: str, db: str, stop: threading.Event, peak: list[int]) -> None:
@@ -237,7 +204,7 @@ def lag_phase(children: list[SimChild], dsn: str, db: str, rate: float, seconds:
     lags: list[tuple[int, float]] = []
     stop = threading.Event()
     peak_connections = [0]
-    poller = threading.Thread(target=poll_clusters, args=(dsn, feed, stop, lags), daemon=True)
+    poller = threading.Thread(target=poll_clusters, args=(dsn, feed.take, stop, lags), daemon=True)
     sampler = threading.Thread(target=sample_connections, args=(dsn, db, stop, peak_connections), daemon=True)
     poller.start()
     sampler.start()

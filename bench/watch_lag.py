@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -68,35 +69,54 @@ class Recorder:
             setattr(store, method, wrapped)
 
 
+Write = tuple[int, str, str, int, bool, float]  # cluster id, kind, uid, resourceVersion, deleted, time of the write
+
+
 def poll(dsn: str, cluster_id: int, recorder: Recorder, stop: threading.Event, lags: list[float]) -> None:
-    waiting: list[tuple[str, str, int, bool, float]] = []
+    """poll_clusters for the one cluster whose simulator runs in this process."""
+
+    def take() -> list[Write]:
+        with recorder.lock:
+            writes = [(cluster_id, *write) for write in recorder.pending]
+            recorder.pending.clear()
+        return writes
+
+    found: list[tuple[int, float]] = []
+    poll_clusters(dsn, take, stop, found)
+    lags.extend(lag for _, lag in found)
+
+
+def poll_clusters(dsn: str, take: Callable[[], list[Write]], stop: threading.Event,
+                  lags: list[tuple[int, float]]) -> None:
+    """Until `stop` and nothing waits: for every churn write `take` hands over, (cluster id, seconds until the row
+    carrying that resourceVersion, or its tombstone, was visible in PostgreSQL) into `lags`; inf for a write still not
+    visible 30 s after it was made once `stop` is set."""
+    waiting: list[Write] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         while not stop.is_set() or waiting:
-            with recorder.lock:
-                waiting.extend(recorder.pending)
-                recorder.pending.clear()
+            waiting.extend(take())
             if not waiting:
                 time.sleep(0.02)
                 continue
             now = time.time()
-            by_kind: dict[str, list[str]] = {}
-            for kind, uid, _rv, _deleted, _t in waiting:
-                by_kind.setdefault(kind, []).append(uid)
-            seen: dict[tuple[str, str], tuple[int, bool]] = {}
-            for kind, uids in by_kind.items():
+            groups: dict[tuple[int, str], list[str]] = {}
+            for cluster_id, kind, uid, _rv, _deleted, _t in waiting:
+                groups.setdefault((cluster_id, kind), []).append(uid)
+            seen: dict[tuple[int, str, str], tuple[int, bool]] = {}
+            for (cluster_id, kind), uids in groups.items():
                 rows = conn.execute(
                     f"SELECT uid, resource_version, deleted_at IS NOT NULL FROM {TABLES[kind]} "  # noqa: S608
                     "WHERE cluster_id = %s AND uid = ANY(%s)", (cluster_id, uids)).fetchall()
                 for uid, rv, deleted in rows:
-                    seen[(kind, uid)] = (int(rv or 0), deleted)
+                    seen[(cluster_id, kind, str(uid))] = (int(rv or 0), deleted)
             still = []
             for item in waiting:
-                kind, uid, rv, deleted, changed_at = item
-                row = seen.get((kind, uid))
+                cluster_id, kind, uid, rv, deleted, changed_at = item
+                row = seen.get((cluster_id, kind, uid))
                 if row and (row[1] if deleted else row[0] >= rv):
-                    lags.append(now - changed_at)
+                    lags.append((cluster_id, now - changed_at))
                 elif stop.is_set() and now - changed_at > 30:
-                    lags.append(float("inf"))  # never arrived
+                    lags.append((cluster_id, float("inf")))  # never arrived
                 else:
                     still.append(item)
             waiting = still
