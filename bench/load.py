@@ -119,13 +119,15 @@ def _warm(base: str, setup: dict, paths: list[str]) -> None:
 
 
 CPU_GROUPS = (("web", "gunicorn"), ("watch worker", "-Q watch"), ("default worker", "-Q default"), ("beat", " beat "),
-              ("locust", "locust"), ("postgresql", "postgres:"), ("redis", "redis-server"))
+              ("locust", "locust"), ("postgresql", "postgres:"), ("postgresql", "/bin/postgres "),
+              ("redis", "redis-server"))
 
 
 def cpu_by_group() -> dict[str, float]:
-    """CPU seconds (user + system) so far of every process on the machine, summed by what it is (CPU_GROUPS; this
-    process — the simulator, its churn and the lag poller — is "simulator"). Differences of two calls tell where a
-    phase's CPU went; processes that ended in between are missed."""
+    """CPU seconds (user + system) so far of every process on the machine with its reaped children, summed by what
+    it is (CPU_GROUPS). This process is "simulator" (the simulator, its churn, the lag poller); the children it reaped
+    are "locust" (during a phase, Locust is the only one that ends). PostgreSQL's backends that ended count through
+    the postmaster. Differences of two calls tell where a phase's CPU went."""
     tick = os.sysconf("SC_CLK_TCK")
     totals: dict[str, float] = {}
     for entry in Path("/proc").iterdir():
@@ -137,10 +139,13 @@ def cpu_by_group() -> dict[str, float]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        seconds = (int(fields[11]) + int(fields[12])) / tick
-        group = "simulator" if int(entry.name) == os.getpid() else next(
-            (name for name, marker in CPU_GROUPS if marker in f" {command} "), "other")
-        totals[group] = totals.get(group, 0.0) + seconds
+        own, reaped = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+        if int(entry.name) == os.getpid():
+            totals["simulator"] = totals.get("simulator", 0.0) + own
+            totals["locust"] = totals.get("locust", 0.0) + reaped
+            continue
+        group = next((name for name, marker in CPU_GROUPS if marker in f" {command} "), "other")
+        totals[group] = totals.get(group, 0.0) + own + reaped
     return totals
 
 
