@@ -78,7 +78,10 @@ def test_a_deleted_row_is_found_even_when_the_ids_are_renumbered() -> None:
     ids = _ids(5)
     with tampering() as cursor:
         cursor.execute("DELETE FROM audit_auditevent WHERE id = %s", [ids[2]])
-        cursor.execute("UPDATE audit_auditevent SET id = id - 1 WHERE id > %s", [ids[2]])
+        # Through negative ids: one UPDATE shifting them down checks the primary key row by row, in whatever order
+        # the rows lie in the heap, and failed when a later id came first.
+        cursor.execute("UPDATE audit_auditevent SET id = -id WHERE id > %s", [ids[2]])
+        cursor.execute("UPDATE audit_auditevent SET id = -id - 1 WHERE id < 0")
     report = audit_verify()
     assert _problems(report) == [(ids[2], "deleted")]
     assert f"a row between {ids[1]} and {ids[2]} was removed" in report.problems[0].detail
