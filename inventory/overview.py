@@ -43,8 +43,8 @@ _KEY = ("cluster_id", "model", "mode", "unit")
 def accelerator_overview(devices: QuerySet[Device] | None = None) -> list[OverviewRow]:
     """Aggregate devices per (cluster, model, mode, unit). `devices` may be pre-filtered (cluster, pool, …).
 
-    Two grouped queries, both hash aggregates (no COUNT DISTINCT, which makes PostgreSQL sort every device row by
-    its text columns), each summed again in SQL so that a row per overview line comes back, not one per node or
+    Two grouped queries (no COUNT DISTINCT, which makes PostgreSQL sort every device row by its text columns; the
+    inv_device_overview index covers both), each summed again in SQL so that a row per overview line comes back, not one per node or
     parent card: the per-node sums (their maximum free is the largest placeable), and the (partition, parent card)
     pairs that count DRA partitions' cards.
     """

@@ -35,6 +35,20 @@ MIG_GPU_SLICES = (("A30", 4),)
 PoolKey = tuple[str, str]  # (driver, pool)
 
 
+POOL_SCOPE_PREFIX = "pool/"
+
+
+def pool_scope(pool: PoolKey) -> str:
+    """The `scope` of a pool's findings: pool/<driver>/<pool> (a driver name has no slash; a pool name may)."""
+    return f"{POOL_SCOPE_PREFIX}{pool[0]}/{pool[1]}"
+
+
+def pool_of_scope(scope: str) -> PoolKey:
+    """The pool a pool finding's `scope` names (pool_scope's inverse)."""
+    driver, _, pool = scope.removeprefix(POOL_SCOPE_PREFIX).partition("/")
+    return driver, pool
+
+
 def pools_q(pools: Iterable[PoolKey], *, driver: str = "driver", pool: str = "pool") -> Q:
     """Q for rows of these pools: one `driver = … AND pool IN (…)` per driver (a few), not one term per pool."""
     by_driver: dict[str, list[str]] = defaultdict(list)

@@ -27,6 +27,7 @@ from inventory.services.derive.common import (
     finding_row,
     mib,
     node_pool,
+    pool_scope,
     pools_q,
     quantity_int,
 )
@@ -229,7 +230,7 @@ def _shared_capacity(driver: str, device: dict[str, Any], ordinary: list[ClaimAl
 
 
 def pool_findings(cluster_id: int, state: PoolState, devices: list[Device]) -> list[Finding]:
-    scope = f"pool/{state.driver}/{state.pool}"
+    scope = pool_scope((state.driver, state.pool))
     out = []
     if not state.complete:
         out.append(finding_row(

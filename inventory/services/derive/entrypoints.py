@@ -22,7 +22,7 @@ from inventory.models import (
 from inventory.representations import device_content_hash, device_documents
 from inventory.services.changes import changes_record, device_changes
 from inventory.services.derive.claims import claim_allocations_rebuild
-from inventory.services.derive.common import PoolKey, pools_q
+from inventory.services.derive.common import POOL_SCOPE_PREFIX, PoolKey, pool_of_scope, pool_scope, pools_q
 from inventory.services.derive.dra import PoolState, dra_devices, pool_findings, pool_states
 from inventory.services.derive.intervals import claim_intervals_derive, claims_with_shares, pod_intervals_derive
 from inventory.services.derive.nodes import node_findings
@@ -103,10 +103,8 @@ def _known_pools(cluster_id: int) -> set[PoolKey]:
     pools: set[PoolKey] = set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
                               .values_list("driver", "pool_name").distinct())
     pools |= set(Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).values_list("driver", "pool").distinct())
-    for scope in (Finding.objects.filter(cluster_id=cluster_id, scope__startswith="pool/")
-                  .values_list("scope", flat=True).distinct()):
-        _, driver, pool = [*scope.split("/", 2), "", ""][:3]  # pool/<driver>/<pool>: a driver has no slash
-        pools.add((driver, pool))
+    pools |= {pool_of_scope(scope) for scope in Finding.objects.filter(
+        cluster_id=cluster_id, scope__startswith=POOL_SCOPE_PREFIX).values_list("scope", flat=True).distinct()}
     return pools
 
 
@@ -128,7 +126,7 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey], states: dict[PoolKey, Po
         devices.extend(pool_devices)
         findings.extend(pool_findings(cluster_id, states[key], pool_devices))
     device_scope = Q(path=Path.DRA) & pools_q(pools)
-    finding_scope = Q(scope__in=sorted(f"pool/{driver}/{pool}" for driver, pool in pools))
+    finding_scope = Q(scope__in=sorted(pool_scope(pool) for pool in pools))
     _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
 
