@@ -41,6 +41,14 @@ def device_content_hash(device: Any) -> str:
     return hashlib.blake2b(orjson.dumps(_content(device)), digest_size=16).hexdigest()
 
 
+def device_selector_hash(device: Any) -> str:
+    """Digest of everything a DeviceClass CEL selector can read of a device: driver, attributes, capacity and
+    allowMultipleAllocations. Keys are sorted, so a row read back from jsonb hashes as it did when derived. The
+    catalog's capacity recomputation remembers selector outcomes by it (catalog/services/matching.py)."""
+    content = [device.driver, device.allow_multiple_allocations is True, device.attributes, device.capacities]
+    return hashlib.blake2b(orjson.dumps(content, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+
+
 def device_documents(device: Any) -> tuple[str, str]:
     """(full, redacted) JSON documents of a Device instance, without `id` and `cluster`."""
     full = {**_content(device), "updated_at": _iso(device.updated_at)}

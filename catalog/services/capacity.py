@@ -35,6 +35,7 @@ unknown, so `held + free + unknown = allocatable` on every page and in the API:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
@@ -47,7 +48,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.models import DRA_KINDS, CapacitySample, Offering, OfferingCapacity
-from catalog.services.matching import ClusterDevices, Match, NodeFacts, clusters_devices
+from catalog.services.matching import ClusterDevices, Match, NodeFacts
 from inventory.k8s.semantics import labels_match, parse_quantity, untolerated_taints
 from inventory.k8s.semantics.values import as_dict, as_list
 from inventory.models import Cluster, Pod, ResourceClaim, ResourceClaimTemplate, ResourceQuota
@@ -163,33 +164,50 @@ def _quota_totals(cluster: Cluster) -> dict[str, int]:
 
 
 class _PendingIndex:
-    """Pending, unbound pods of a cluster with what they ask for."""
+    """Pending, unbound pods of a cluster with what they ask for.
+
+    Reads only the parts of the objects it uses: three fields of each pending pod's spec, and the device requests of
+    just the claims and templates those pods name (a cluster has thousands of claims, a few pending pods)."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.pods = list(
-            Pod.objects.live().filter(cluster=cluster, phase="Pending", node_name="")
-            .values("namespace", "name", "raw", "extended_requests")
-        )
-        self.claim_classes: dict[tuple[str, str], set[str]] = {}
-        self.template_classes: dict[tuple[str, str], set[str]] = {}
-        if any((p["raw"].get("spec") or {}).get("resourceClaims") for p in self.pods):
-            for ns, name, raw in ResourceClaim.objects.live().filter(cluster=cluster).values_list(
-                "namespace", "name", "raw"
-            ):
-                self.claim_classes[(ns, name)] = _classes(raw.get("spec") or {})
-            for ns, name, raw in ResourceClaimTemplate.objects.live().filter(cluster=cluster).values_list(
-                "namespace", "name", "raw"
-            ):
-                self.template_classes[(ns, name)] = _classes((raw.get("spec") or {}).get("spec") or {})
+        self.pods = [
+            {"namespace": ns, "name": name, "extended_requests": extended, "resourceClaims": as_list(claims),
+             "nodeSelector": as_dict(selector), "tolerations": as_list(tolerations)}
+            for ns, name, extended, claims, selector, tolerations in
+            Pod.objects.live().filter(cluster=cluster, phase="Pending", node_name="").values_list(
+                "namespace", "name", "extended_requests", "raw__spec__resourceClaims", "raw__spec__nodeSelector",
+                "raw__spec__tolerations",
+            )
+        ]
+        claim_names: set[str] = set()
+        template_names: set[str] = set()
+        for pod in self.pods:
+            for entry in pod["resourceClaims"]:
+                if not isinstance(entry, dict):
+                    continue
+                if isinstance(entry.get("resourceClaimName"), str):
+                    claim_names.add(entry["resourceClaimName"])
+                elif isinstance(entry.get("resourceClaimTemplateName"), str):
+                    template_names.add(entry["resourceClaimTemplateName"])
+        self.claim_classes: dict[tuple[str, str], set[str]] = {
+            (ns, name): _classes(requests) for ns, name, requests in ResourceClaim.objects.live()
+            .filter(cluster=cluster, name__in=sorted(claim_names))
+            .values_list("namespace", "name", "raw__spec__devices__requests")
+        } if claim_names else {}
+        self.template_classes: dict[tuple[str, str], set[str]] = {
+            (ns, name): _classes(requests) for ns, name, requests in ResourceClaimTemplate.objects.live()
+            .filter(cluster=cluster, name__in=sorted(template_names))
+            .values_list("namespace", "name", "raw__spec__spec__devices__requests")
+        } if template_names else {}
 
     def count(self, offering: Offering, nodes: list[NodeFacts]) -> int:
         """Pending pods that ask for the offering and could run on one of its nodes (selector and taints)."""
         total = 0
+        fits: dict[str, bool] = {}  # pods of one shape (selector, tolerations) fit the same nodes
         for pod in self.pods:
-            spec = pod["raw"].get("spec") or {}
             if offering.unit_kind in DRA_KINDS:
                 classes: set[str] = set()
-                for entry in spec.get("resourceClaims") or []:
+                for entry in pod["resourceClaims"]:
                     if not isinstance(entry, dict):
                         continue
                     if entry.get("resourceClaimName"):
@@ -202,22 +220,26 @@ class _PendingIndex:
                 wanted = (pod["extended_requests"] or {}).get(offering.resource_name, 0) > 0
             if not wanted:
                 continue
-            selector = as_dict(spec.get("nodeSelector"))
-            tolerations = as_list(spec.get("tolerations"))
-            if any(labels_match(n.labels, selector) and not untolerated_taints(n.taints, tolerations) for n in nodes):
-                total += 1
+            selector, tolerations = pod["nodeSelector"], pod["tolerations"]
+            shape = json.dumps([selector, tolerations], sort_keys=True, default=str)
+            fit = fits.get(shape)
+            if fit is None:
+                fit = fits[shape] = any(labels_match(n.labels, selector) and not untolerated_taints(n.taints, tolerations)
+                                        for n in nodes)
+            total += fit
         return total
 
 
-def _classes(spec: dict[str, Any]) -> set[str]:
+def _classes(requests: Any) -> set[str]:
+    """DeviceClasses named by a claim spec's `devices.requests` (exactly, or any of firstAvailable)."""
     out: set[str] = set()
-    for request in (spec.get("devices") or {}).get("requests") or []:
+    for request in as_list(requests):
         if not isinstance(request, dict):
             continue
         exactly = as_dict(request.get("exactly")) if isinstance(request.get("exactly"), dict) else request
         if exactly.get("deviceClassName"):
             out.add(str(exactly["deviceClassName"]))
-        for sub in request.get("firstAvailable") or []:
+        for sub in as_list(request.get("firstAvailable")):
             if isinstance(sub, dict) and sub.get("deviceClassName"):
                 out.add(str(sub["deviceClassName"]))
     return out
@@ -293,12 +315,16 @@ def capacity_refresh(*, clusters: Sequence[Cluster] | None = None) -> int:
     """Recompute the capacity of every curated offering (proposals included) in the given clusters.
 
     Writes the current figures and this hour's history sample. Reads first, then one short transaction per
-    cluster. Returns the number of (offering, cluster) rows written.
+    cluster. Returns the number of (offering, cluster) rows written. Selector outcomes are remembered between calls
+    by device attributes (matching.SELECTOR_OUTCOMES), so a recomputation under churn evaluates only the devices
+    whose attributes changed.
     """
     offerings = list(Offering.objects.exclude(lifecycle__in=["dismissed"]).order_by("pk"))
     written = 0
-    for loaded in clusters_devices(clusters):
+    for cluster in Cluster.objects.all() if clusters is None else clusters:
         started = time.monotonic()
+        # One cluster in memory at a time; attributes only of devices whose selector outcomes are not known yet.
+        loaded = ClusterDevices(cluster, attributes=False)
         figures = cluster_capacity(loaded, offerings)
         now = timezone.now()
         hour = _hour(now)

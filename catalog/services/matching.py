@@ -16,7 +16,9 @@ capacity recomputation) reuses the prepared CEL inputs.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ DEVICE_VALUES = (
     "memory_mib", "architecture", "compute_capability", "driver_version", "cuda_version", "cards", "parent",
     "capacity", "allocatable", "in_use", "free", "unhealthy", "attributes", "capacities",
     "allow_multiple_allocations", "consumes_counters", "device_name", "pool", "mig_profile", "consumed_share",
+    "id", "selector_hash",
 )
 
 
@@ -68,15 +71,53 @@ def class_selectors(raw: dict[str, Any]) -> list[str]:
     ]
 
 
-class ClusterDevices:
-    """One cluster's accelerator devices, nodes and DeviceClasses, loaded once."""
+class SelectorOutcomes:
+    """Outcomes of a list of CEL selectors by device `selector_hash`, kept by the process between recomputations.
 
-    def __init__(self, cluster: Cluster, *, modes: Iterable[str] | None = None) -> None:
+    A selector's outcome depends only on what the hash covers (driver, attributes, capacity,
+    allowMultipleAllocations), so a device whose attributes did not change since the last recomputation is not
+    evaluated again, and its attributes are not even read. Churn changes allocations, not attributes: on `large`
+    a recomputation then reads a few hundred devices' attributes instead of 30,000. Bounded: at most `max_lists`
+    selector lists of at most `max_entries` outcomes each (a list that grows past it starts afresh)."""
+
+    def __init__(self, *, max_lists: int = 256, max_entries: int = 200_000) -> None:
+        self.max_lists, self.max_entries = max_lists, max_entries
+        self._lists: dict[tuple[str, ...], dict[str, bool | str]] = {}
+        self._lock = threading.Lock()
+
+    def memo(self, expressions: tuple[str, ...]) -> dict[str, bool | str]:
+        with self._lock:
+            outcomes = self._lists.pop(expressions, None)
+            if outcomes is None or len(outcomes) > self.max_entries:
+                outcomes = {}
+            self._lists[expressions] = outcomes  # most recently used last
+            while len(self._lists) > self.max_lists:
+                del self._lists[next(iter(self._lists))]
+            return outcomes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lists.clear()
+
+
+SELECTOR_OUTCOMES = SelectorOutcomes()
+_SELECTOR_INPUTS = ("attributes", "capacities")
+_ATTRIBUTE_BATCH = 2000
+
+
+class ClusterDevices:
+    """One cluster's accelerator devices, nodes and DeviceClasses, loaded once.
+
+    With `attributes=False` the devices' attributes and capacities (most of the bytes of a device row) are read only
+    for the devices a selector has to evaluate: those whose outcome SELECTOR_OUTCOMES does not know."""
+
+    def __init__(self, cluster: Cluster, *, modes: Iterable[str] | None = None, attributes: bool = True) -> None:
         self.cluster = cluster
         devices = Device.objects.filter(cluster=cluster)
         if modes is not None:  # e.g. the live selector check needs only the devices of one unit kind
             devices = devices.filter(mode__in=list(modes))
-        self.devices: list[dict[str, Any]] = list(devices.order_by("node_name", "key").values(*DEVICE_VALUES))
+        fields = DEVICE_VALUES if attributes else tuple(f for f in DEVICE_VALUES if f not in _SELECTOR_INPUTS)
+        self.devices: list[dict[str, Any]] = list(devices.order_by("node_name", "key").values(*fields))
         self.nodes: dict[str, NodeFacts] = {
             name: NodeFacts(labels or {}, taints or [], bool(ready) and not unschedulable, kubelet or "")
             for name, labels, taints, ready, unschedulable, kubelet in Node.objects.live()
@@ -88,6 +129,7 @@ class ClusterDevices:
         for index, device in enumerate(self.devices):
             self._by_kind[device["mode"]].append(index)
         self._inputs: dict[int, cel.DeviceInput] = {}
+        self._matches: dict[tuple[Any, ...], Match] = {}
 
     def _input(self, index: int) -> cel.DeviceInput:
         prepared = self._inputs.get(index)
@@ -99,6 +141,28 @@ class ClusterDevices:
             )
         return prepared
 
+    def _read_selector_inputs(self, indexes: list[int]) -> list[int]:
+        """Read the attributes of the devices that lack them; returns the indexes still present. A row rewritten
+        since the first read is taken as it is now (hash and inputs together); a deleted one is left out."""
+        unread = [i for i in indexes if "attributes" not in self.devices[i]]
+        gone: set[int] = set()
+        columns = ("pk", "selector_hash", "driver", "allow_multiple_allocations", *_SELECTOR_INPUTS)
+        # Most of the cluster (a worker's first recomputation): one scan; otherwise by primary key, a batch at a time.
+        whole = len(unread) > len(self.devices) // 2
+        for start in range(0, len(unread), len(unread) if whole else _ATTRIBUTE_BATCH):
+            chunk = unread[start:len(unread) if whole else start + _ATTRIBUTE_BATCH]
+            selected = (Device.objects.filter(cluster=self.cluster, path=Path.DRA) if whole else
+                        Device.objects.filter(pk__in=[self.devices[i]["id"] for i in chunk]))
+            rows = {pk: rest for pk, *rest in selected.values_list(*columns)}
+            for i in chunk:
+                row = rows.get(self.devices[i]["id"])
+                if row is None:
+                    gone.add(i)
+                    continue
+                self.devices[i].update(zip(("selector_hash", "driver", "allow_multiple_allocations",
+                                            *_SELECTOR_INPUTS), row, strict=True))
+        return [i for i in indexes if i not in gone]
+
     def _node_ok(self, device: dict[str, Any], node_selector: dict[str, Any]) -> bool:
         if not node_selector:
             return True
@@ -106,9 +170,18 @@ class ClusterDevices:
         return node is not None and labels_match(node.labels, node_selector)
 
     def match(self, offering: Offering) -> Match:
+        """The offering's devices (memoised per selection: the quota capacity asks again for each class)."""
+        node_selector = offering.node_selector if isinstance(offering.node_selector, dict) else {}
+        key = (offering.unit_kind, offering.device_class_name, offering.resource_name, offering.cel_selector,
+               json.dumps(node_selector, sort_keys=True, default=str))
+        found = self._matches.get(key)
+        if found is None:
+            found = self._matches[key] = self._match(offering, node_selector)
+        return found
+
+    def _match(self, offering: Offering, node_selector: dict[str, Any]) -> Match:
         result = Match()
         candidates = list(self._by_kind.get(offering.unit_kind, []))
-        node_selector = offering.node_selector if isinstance(offering.node_selector, dict) else {}
         if offering.unit_kind not in DRA_KINDS:
             result.devices = [
                 self.devices[i] for i in candidates
@@ -122,7 +195,7 @@ class ClusterDevices:
             result.notes.append(f"DeviceClass {offering.device_class_name!r} does not exist in cluster "
                                 f"{self.cluster.name}.")
             return result
-        expressions = [*class_selectors(raw_class), *([offering.cel_selector] if offering.cel_selector else [])]
+        expressions = (*class_selectors(raw_class), *([offering.cel_selector] if offering.cel_selector else []))
         try:
             selectors = [cel.compile_selector(expression) for expression in expressions]
         except cel.CelError as exc:
@@ -132,10 +205,29 @@ class ClusterDevices:
             i for i in candidates
             if self.devices[i]["path"] == Path.DRA and self._node_ok(self.devices[i], node_selector)
         ]
-        outcome = cel.match_devices(selectors, [self._input(i) for i in candidates])
-        result.devices = [self.devices[candidates[j]] for j in outcome.matched]
-        result.selector_errors = len(outcome.errors)
-        result.error_samples = sorted(set(outcome.errors.values()))[:3]
+        memo = SELECTOR_OUTCOMES.memo(expressions)
+        outcomes: dict[int, bool | str] = {}
+        unknown: list[int] = []
+        for i in candidates:
+            digest = self.devices[i]["selector_hash"]
+            known = memo.get(digest) if digest else None
+            if known is None:
+                unknown.append(i)
+            else:
+                outcomes[i] = known
+        if unknown:
+            present = self._read_selector_inputs(unknown)
+            evaluated = cel.match_devices(selectors, [self._input(i) for i in present])
+            matched = set(evaluated.matched)
+            for j, i in enumerate(present):
+                fresh: bool | str = True if j in matched else evaluated.errors.get(j, False)
+                outcomes[i] = fresh
+                if digest := self.devices[i]["selector_hash"]:
+                    memo[digest] = fresh
+        result.devices = [self.devices[i] for i in candidates if outcomes.get(i) is True]
+        errors = [error for i in candidates if isinstance(error := outcomes.get(i), str)]
+        result.selector_errors = len(errors)
+        result.error_samples = sorted(set(errors))[:3]
         return result
 
 

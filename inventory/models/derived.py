@@ -117,6 +117,9 @@ class Device(models.Model):
     # The API representation, written with the row (inventory/representations.py): full, and with identifiers
     # redacted for tenant roles.
     content_hash = models.CharField(max_length=32, blank=True, editable=False)
+    # Digest of what a CEL selector reads (inventory/representations.py device_selector_hash); empty on rows not
+    # written by the derivation.
+    selector_hash = models.CharField(max_length=32, blank=True, editable=False)
     # Digest of the change-feed snapshot (inventory/changefeed.py): an update event is written only when it changes.
     feed_hash = models.CharField(max_length=32, blank=True, editable=False)
     api_document = BulkTextField(blank=True, editable=False)

@@ -24,7 +24,7 @@ from inventory.models import (
     ResourceSlice,
     SyncState,
 )
-from inventory.representations import device_documents
+from inventory.representations import device_documents, device_selector_hash
 
 
 class ClusterFactory(factory.django.DjangoModelFactory):
@@ -133,6 +133,8 @@ class _DeviceFactory(factory.django.DjangoModelFactory):
     @classmethod
     def _create(cls, model_class: type[Device], *args: object, **kwargs: object) -> Device:
         device = model_class(*args, **kwargs)
+        if "selector_hash" not in kwargs:
+            device.selector_hash = device_selector_hash(device)
         device.api_document, device.api_document_redacted = device_documents(device)
         device.save()
         return device

@@ -19,7 +19,7 @@ from inventory.models import (
     Path,
     ResourceSlice,
 )
-from inventory.representations import device_content_hash, device_documents
+from inventory.representations import device_content_hash, device_documents, device_selector_hash
 from inventory.services.changes import changes_record, device_changes
 from inventory.services.derive.claims import claim_allocations_rebuild
 from inventory.services.derive.common import POOL_SCOPE_PREFIX, PoolKey, pool_of_scope, pool_scope, pools_q
@@ -146,6 +146,7 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
         if current.get(device.key) == device.content_hash:
             continue
         device.updated_at = now
+        device.selector_hash = device_selector_hash(device)
         device.api_document, device.api_document_redacted = device_documents(device)
         changed.append(device)
     keys = {d.key for d in devices}
