@@ -190,6 +190,9 @@ def main() -> int:
     parser.add_argument("--db", default="portal_bench_lag")
     parser.add_argument("--profile", metavar="FILE", help="Sample the watch worker with py-spy (pip install "
                         "'.[bench]') while the churn runs; raw collapsed stacks (bench/profile_summary.py reads them).")
+    parser.add_argument("--profile-worker", choices=["watch", "default"], default="watch",
+                        help="Which worker --profile samples: the watchers, or the default queue (capacity, beat's "
+                        "tasks).")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-lag-"))
@@ -207,7 +210,8 @@ def main() -> int:
         sim.churn.start(rate_per_second=args.rate, seed=7)
         started, changes_before = time.monotonic(), sim.churn.changes
         spy = subprocess.Popen(
-            [str(Path(PY).parent / "py-spy"), "record", "--pid", str(procs[0].pid), "--idle", "--duration",
+            [str(Path(PY).parent / "py-spy"), "record", "--pid",
+             str(procs[["watch", "default"].index(args.profile_worker)].pid), "--idle", "--duration",
              str(int(args.seconds)), "--format", "raw", "--output", args.profile, "--rate", "50"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.profile else None
         time.sleep(args.seconds)

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from inventory.k8s.podsecurity import pod_violates_baseline
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
 from inventory.k8s.semantics import format_quantity, parse_quantity
@@ -159,6 +160,7 @@ def _pod(obj: dict[str, Any], issues: list[str]) -> dict[str, Any]:
         "stage_detail": _str(stage.detail, 2000),
         "restarts": min(stage.restarts, 2**31 - 1),
         "scheduling_reasons": scheduling_json(parse_scheduling_message(message)) if unscheduled and message else {},
+        "baseline_violating": pod_violates_baseline(obj),
     }
 
 

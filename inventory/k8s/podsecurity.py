@@ -15,10 +15,14 @@ raises on a malformed pod, a field of the wrong type counts as "not set" unless 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from typing import Any
+
+import orjson
 
 from inventory.k8s.semantics import as_dict as _dict
 from inventory.k8s.semantics import as_list as _list
@@ -297,6 +301,23 @@ def prefilter_keys() -> list[str]:
         if key not in keys:
             keys.append(key)
     return keys
+
+
+@cache
+def _prefilter() -> re.Pattern[bytes]:
+    return re.compile("|".join(re.escape(key) for key in prefilter_keys()).encode())
+
+
+def pod_violates_baseline(pod: Any) -> bool:
+    """Whether the pod has any baseline violation (`pod_violations` is not empty), quickly: a pod whose JSON contains
+    no prefilter key cannot violate, so most pods are answered by one search of their serialized text (~30 µs on
+    `large`'s pods) instead of walking every rule over every container (~90 µs). The sync classifies every pod it
+    stores with it."""
+    try:
+        text = orjson.dumps(pod)
+    except TypeError:  # not JSON (never from a cluster): no shortcut
+        return bool(pod_violations(pod))
+    return _prefilter().search(text) is not None and bool(pod_violations(pod))
 
 
 # ------------------------------------------------------------------------------------------------ CEL

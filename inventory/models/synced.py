@@ -279,6 +279,9 @@ class Pod(KubeObject):
     stage_detail = models.TextField(blank=True)
     restarts = models.IntegerField(default=0)
     scheduling_reasons = models.JSONField(default=dict, blank=True, help_text="Parsed FailedScheduling message.")
+    baseline_violating = models.BooleanField(
+        null=True, help_text="Violates the baseline Pod Security Standard (inventory.k8s.podsecurity), as synced; "
+        "null: not known (the violation scan then checks the pod itself).")
 
     class Meta(KubeObject.Meta):
         constraints = _kube_constraints("pod")
@@ -290,6 +293,10 @@ class Pod(KubeObject):
             # The accelerator pod list's order (/api/v1/pods/): the first page without sorting every live pod.
             models.Index(fields=["namespace", "name", "id"], condition=Q(accelerator=True, deleted_at__isnull=True),
                          name="inv_pod_accel_order"),
+            # The violation scan's candidates (portal/enforcement/violations.py): the few pods that need an exception,
+            # and those not classified yet.
+            models.Index(fields=["cluster"], condition=(Q(baseline_violating=True) | Q(baseline_violating__isnull=True))
+                         & Q(deleted_at__isnull=True), name="inv_pod_baseline"),
         ]
 
 

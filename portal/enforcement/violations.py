@@ -90,17 +90,22 @@ def privileged_details(raw: dict[str, Any]) -> dict[str, Any] | None:
             "workload": str(labels.get("app.kubernetes.io/name") or "") if isinstance(labels, dict) else ""}
 
 
-# A pod whose JSON has none of these cannot violate (podsecurity.prefilter_keys); a regex over the jsonb text narrows
-# 20,000 pods to the candidates in SQL without ever dropping one that violates.
+# A pod whose JSON has none of these cannot violate (podsecurity.prefilter_keys): for a pod the sync has not
+# classified yet, a regex over its jsonb text narrows the candidates in SQL without ever dropping one that violates.
 _PREFILTER = "|".join(re.escape(key) for key in prefilter_keys())
 
 
 def _candidate_pods(cluster_id: int, exempt: list[str]) -> Any:
+    """Pods that may need an exception: those the sync classified as violating the baseline (Pod.baseline_violating,
+    the inv_pod_baseline index) and those it has not classified (null), which are checked here. On `large` this
+    reads no pod instead of casting 20,000 pods' JSON to text every scan (2.9 s of PostgreSQL time)."""
+    unclassified = Q(baseline_violating__isnull=True)
     pods = Pod.objects.live().filter(cluster_id=cluster_id).exclude(namespace__in=exempt).exclude(
         phase__in=("Succeeded", "Failed")).only("uid", "name", "namespace", "raw")
     if connection.vendor == "postgresql":
-        pods = pods.alias(raw_text=Cast("raw", output_field=TextField())).filter(raw_text__regex=_PREFILTER)
-    return pods
+        pods = pods.alias(raw_text=Cast("raw", output_field=TextField()))
+        unclassified &= Q(raw_text__regex=_PREFILTER)
+    return pods.filter(Q(baseline_violating=True) | unclassified)
 
 
 def _applied(grant: Grant) -> bool:

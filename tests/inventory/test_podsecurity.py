@@ -16,6 +16,7 @@ from inventory.k8s.podsecurity import (
     CONTROLS,
     baseline_violations,
     cel_variables,
+    pod_violates_baseline,
     pod_violations,
     prefilter_keys,
 )
@@ -117,3 +118,17 @@ def test_every_violating_case_contains_a_prefilter_key(case: Case) -> None:
 def test_an_ordinary_pod_contains_no_prefilter_key() -> None:
     text = json.dumps(next(c for c in CASES if c.id == "clean-minimal").pod("p"), separators=(", ", ": "))
     assert not any(key in text for key in prefilter_keys())
+
+
+def test_the_quick_classification_agrees_with_the_full_evaluation() -> None:
+    """The sync stores `pod_violates_baseline` (prefilter first, then the rules): on every shared case and on random
+    pods it says what the full evaluation says, also for pods whose JSON holds a prefilter key without violating."""
+    pods = [case.pod("p") for case in CASES]
+    rng = random.Random(17)
+    pods += [_random_pod(rng) for _ in range(300)]
+    verdicts = [(pod_violates_baseline(pod), bool(pod_violations(pod))) for pod in pods]
+    assert all(quick == full for quick, full in verdicts)
+    assert {full for _, full in verdicts} == {True, False}
+    keyed_but_clean = [pod for pod in pods if not pod_violations(pod)
+                       and any(key in json.dumps(pod) for key in prefilter_keys())]
+    assert keyed_but_clean  # the prefilter alone would have said yes: the rules decided

@@ -20,6 +20,7 @@ from audit.models import AuditEvent
 from inventory.errors import ClusterUnreachableError
 from inventory.k8s.types import PORTAL_SYSTEM_NAMESPACE
 from inventory.leases import lease_backend
+from inventory.models import Pod
 from inventory.services.clients import client_for
 from inventory.services.sync import cluster_sync_once
 from portal.access.services import access_expire_due, access_request_create, access_request_review, grant_revoke
@@ -337,6 +338,16 @@ def test_the_scan_flags_exactly_the_shared_cases_that_violate_the_baseline(world
         if case.needs_exception:
             evidence = flagged[f"pod/cases/{names[case.id]}"].evidence
             assert {v["control"] for v in evidence["violations"]} == case.violates, case.id
+    # The sync classified each pod as it stored it, and the scan read the classification.
+    classified = dict(Pod.objects.live().filter(cluster=cluster, namespace="cases").values_list("name",
+                                                                                             "baseline_violating"))
+    assert classified == {names[c.id]: c.needs_exception for c in CASES}
+    # Pods stored before the sync classified them (null) are checked by the scan itself, through the jsonb-text
+    # prefilter: the same pods are still flagged (a pod the scan no longer finds would have its violation resolved).
+    Pod.objects.filter(cluster=cluster, namespace="cases").update(baseline_violating=None)
+    scan_cluster(cluster.pk)
+    again = {v.subject for v in _open(cluster, "privileged-without-exception") if v.namespace == "cases"}
+    assert again == set(flagged)
     assert connection.vendor == "postgresql"  # so the jsonb-text prefilter above was the one that ran
 
 
