@@ -190,9 +190,9 @@ def main() -> int:
     parser.add_argument("--db", default="portal_bench_lag")
     parser.add_argument("--profile", metavar="FILE", help="Sample the watch worker with py-spy (pip install "
                         "'.[bench]') while the churn runs; raw collapsed stacks (bench/profile_summary.py reads them).")
-    parser.add_argument("--profile-worker", choices=["watch", "default"], default="watch",
-                        help="Which worker --profile samples: the watchers, or the default queue (capacity, beat's "
-                        "tasks).")
+    parser.add_argument("--profile-worker", choices=["watch", "default", "both"], default="watch",
+                        help="Which worker --profile samples: the watchers, the default queue (capacity, beat's "
+                        "tasks), or both (into FILE.watch and FILE.default).")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-lag-"))
@@ -209,13 +209,14 @@ def main() -> int:
         recorder.active = True
         sim.churn.start(rate_per_second=args.rate, seed=7)
         started, changes_before = time.monotonic(), sim.churn.changes
-        spy = subprocess.Popen(
-            [str(Path(PY).parent / "py-spy"), "record", "--pid",
-             str(procs[["watch", "default"].index(args.profile_worker)].pid), "--idle", "--duration",
-             str(int(args.seconds)), "--format", "raw", "--output", args.profile, "--rate", "50"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.profile else None
+        sampled = ["watch", "default"] if args.profile_worker == "both" else [args.profile_worker]
+        spies = [subprocess.Popen(
+            [str(Path(PY).parent / "py-spy"), "record", "--pid", str(procs[["watch", "default"].index(name)].pid),
+             "--idle", "--duration", str(int(args.seconds)), "--format", "raw", "--rate", "50",
+             "--output", args.profile if len(sampled) == 1 else f"{args.profile}.{name}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in sampled] if args.profile else []
         time.sleep(args.seconds)
-        if spy is not None:
+        for spy in spies:
             spy.wait(timeout=60)
         sim.churn.stop()
         elapsed = time.monotonic() - started
