@@ -10,7 +10,7 @@ from playwright.sync_api import Browser, expect
 from portal.enforcement.services import ADMIN_LABEL, enforcement_apply, grants_confirm
 from portal.models import Grant
 from portal.tenancy.roles import Role
-from tests.browser.conftest import log_in, shot
+from tests.browser.conftest import BROWSER_TIMEOUT_MS, log_in, shot
 from tests.conftest import make_user
 from tests.conftest import sync_once as _sync
 from tests.portal.factories import give_namespaces
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def _page(browser: Browser, live_server, username: str, path: str):
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    page.set_default_timeout(10_000)
+    page.set_default_timeout(BROWSER_TIMEOUT_MS)
     log_in(page, live_server, username, path)
     return page
 

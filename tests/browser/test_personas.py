@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from catalog.models import OfferingPrice
 from portal.enforcement.violations import scan_cluster
 from portal.tenancy.roles import Role
-from tests.browser.conftest import ARTIFACTS, log_in, shot
+from tests.browser.conftest import ARTIFACTS, BROWSER_TIMEOUT_MS, log_in, shot
 from tests.conftest import make_user
 from tests.portal.factories import give_namespaces
 
@@ -34,7 +34,7 @@ def shots(page: Page, name: str) -> None:
 
 def _page(browser: Browser, live_server, username: str, path: str) -> Page:
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-    page.set_default_timeout(10_000)
+    page.set_default_timeout(BROWSER_TIMEOUT_MS)
     log_in(page, live_server, username, path)
     return page
 
