@@ -6,7 +6,7 @@ A snapshot is serialized with sorted keys, so equal content gives equal text and
 compare them and emit an update only when something a CMDB sees changed.
 
 Ordering (docs/changes-webhooks.md): events are read in (txid, id) order and only from transactions older than
-the oldest transaction still running (`pg_snapshot_xmin(pg_current_snapshot())`), so a transaction that commits
+the oldest transaction still running in this database (`feed_horizon`), so a transaction that commits
 late can never hold an event behind a position a reader has already passed. Writers of one cluster's CMDB rows
 take that cluster's change lock before their transaction gets an id (inventory.services.changes), so for every
 object txid order is commit order and the last event of an object is its current state.
@@ -159,14 +159,36 @@ def cursor_decode(text: str) -> Position | None:
 # ------------------------------------------------------------------------------------------------- reading
 
 
+# The oldest transaction of *this database* that may still be running, else the next transaction id to be assigned.
+# `pg_snapshot_xmin` alone would be the oldest of the whole server: a write transaction open in another database of
+# the same PostgreSQL (another application, a batch job, a test worker) would hold the feed back though it can never
+# write here. A running transaction of the snapshot is left out only when pg_stat_activity shows its id on a backend
+# connected to another database (a backend's database never changes, and an id names one transaction); anything
+# unknown (a prepared transaction, a backend that ended after the snapshot) still counts, so the horizon can only be
+# lower than necessary, never past a transaction that may commit here. backend_xid is a 32-bit xid and the snapshot's
+# ids are 64-bit: running transactions are never 2^32 apart, so the low 32 bits name one of them.
+_HORIZON_SQL = """
+WITH snapshot AS (SELECT pg_current_snapshot() AS s),
+elsewhere AS (
+    SELECT backend_xid::text::bigint AS xid FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND datid IS NOT NULL
+      AND datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+)
+SELECT COALESCE(
+    (SELECT min(x::text::bigint) FROM snapshot, pg_snapshot_xip(snapshot.s) AS x
+      WHERE x::text::bigint % 4294967296 NOT IN (SELECT xid FROM elsewhere)),
+    (SELECT pg_snapshot_xmax(s)::text::bigint FROM snapshot))
+"""
+
+
 def feed_horizon() -> int | None:
-    """The oldest transaction id that may still be running; every event with a smaller txid is final.
+    """The oldest transaction id that may still be running in this database; every event with a smaller txid is final.
 
     None where transactions have no ids (SQLite: one writer at a time, so commit order is id order)."""
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        cursor.execute(_HORIZON_SQL)
         return int(cursor.fetchone()[0])
 
 

@@ -200,8 +200,8 @@ def _last_position() -> Position:
 
 
 def _final(timeout: float = 60.0) -> None:
-    """Wait until every event written so far is final for readers. The horizon is server-wide: a write transaction
-    open in another database of the same PostgreSQL holds it back for a while."""
+    """Wait until every event written so far is final for readers (every write transaction of this database that
+    started before them has ended)."""
     deadline = time.monotonic() + timeout
     while feed_head() < _last_position():
         assert time.monotonic() < deadline, "the feed horizon did not pass the last event"
@@ -358,6 +358,57 @@ def test_a_transaction_committing_late_is_never_skipped() -> None:
     assert ids["a-1"] < ids["b-1"] < ids["a-2"]
     assert late["has_more"] is False
     assert client.get(FEED, {"since": late["next"]}).json()["results"] == []
+
+
+def _open_transaction_with_an_id(dbname: str) -> tuple[Any, int]:
+    """A connection of its own to `dbname`, inside a transaction that has been given an id (and holds it)."""
+    import psycopg
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    other = psycopg.connect(host=database["HOST"] or "127.0.0.1", port=database["PORT"] or 5432,
+                            user=database["USER"], password=database["PASSWORD"] or None, dbname=dbname)
+    xid = other.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+    return other, xid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_transaction_of_another_database_does_not_hold_the_feed_back() -> None:
+    """The transaction ids are the server's, but a transaction connected to another database can never write this
+    feed: events committed after it are readable while it stays open. One of this database still holds them back."""
+    cluster = Cluster.objects.create(name="c1")
+    elsewhere, elsewhere_xid = _open_transaction_with_an_id("postgres")
+    try:
+        with transaction.atomic():
+            change_feed_lock(cluster_id=cluster.pk)
+            _record(cluster, "after-the-other-database")
+        event = _last_position()
+        assert elsewhere_xid < event.txid
+        assert pg_snapshot_xmin_now() <= elsewhere_xid  # the server-wide horizon is held back ...
+        assert feed_head() > event  # ... the feed's is not
+
+        here, here_xid = _open_transaction_with_an_id(connection.settings_dict["NAME"])
+        try:
+            with transaction.atomic():
+                change_feed_lock(cluster_id=cluster.pk)
+                _record(cluster, "after-one-of-this-database")
+            later = _last_position()
+            assert here_xid < later.txid
+            assert feed_head() < later  # may still commit here: not final
+            assert feed_head() > event
+        finally:
+            here.rollback()
+            here.close()
+        assert feed_head() > later
+    finally:
+        elsewhere.rollback()
+        elsewhere.close()
+
+
+def pg_snapshot_xmin_now() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return int(cursor.fetchone()[0])
 
 
 @pytest.mark.django_db(transaction=True)
