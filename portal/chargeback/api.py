@@ -154,7 +154,7 @@ class ChargebackView(_ChargebackBase):
         dimensions = cb.parse_aggregate(request.query_params.get("aggregate", "tenant"))
         params = self._params(request)
         window = {"start": params["start"], "end": params["end"], "step": params["step"]}
-        state = rollups.refresh(wait=False)
+        state = rollups.for_reading()
         selection = {"step": params["step"], "scope": params["scope"], "cluster": params["cluster"],
                      "tenant": params["tenant"]}
         found: list[cb.Piece] = []
@@ -205,7 +205,7 @@ class FocusExportView(_ChargebackBase):
         params = self._params(request)
         rows: Iterable[dict[str, Any]] = cb.focus_stream(
             params["start"], params["end"], step=params["step"], scope=params["scope"], cluster=params["cluster"],
-            tenant=params["tenant"], now=rollups.refresh(wait=False).as_of)  # up to the moment the reports count
+            tenant=params["tenant"], now=rollups.for_reading().as_of)  # up to the moment the reports count
         if redacts_node_names(request.user):
             rows = _redacted(rows)
         if request.accepted_renderer.format == "csv":

@@ -13,9 +13,12 @@ Kept current incrementally:
 - the hours after the last materialized one are rolled up as time passes, and the current hour is rolled up as of
   `as_of` (at most PORTAL_CHARGEBACK_ROLLUP_MAX_AGE seconds old): a report covers the charges up to that moment.
 
-`refresh` runs from beat (portal.chargeback_rollups_refresh) and before every read. One refresher at a time
-(a transaction-level advisory lock); a reader that finds a refresh under way reads the last committed state instead of
-waiting.
+`refresh` runs from beat (portal.chargeback_rollups_refresh) and, through `for_reading`, before every read. One
+refresher at a time (a transaction-level advisory lock); a reader that finds a refresh under way reads the last
+committed state instead of waiting. The first build (every hour since the first interval: minutes on a large fleet),
+and any rebuild reaching back further than PORTAL_CHARGEBACK_READER_REBUILD_HOURS, are beat's alone: until beat has
+done them, readers get a state that is not `built`, and `report` prices the intervals themselves, the same figures,
+more slowly — never the empty tables' zeros, never stale rows, and never a request that rebuilds months.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Min, Q, QuerySet, Sum, Value
+from django.db.models import Count, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Trunc, TruncDay
 from django.utils import timezone
 
@@ -265,10 +268,12 @@ def _any(conditions: Iterable[Q]) -> Q:
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """Every hour before `until` is rolled up in full; the hour starting at `until` up to `as_of`."""
+    """Every hour before `until` is rolled up in full; the hour starting at `until` up to `as_of`. Not `built`: no
+    rollups have been committed yet, and reports price the intervals up to `as_of`."""
 
     until: dt.datetime
     as_of: dt.datetime
+    built: bool = True
 
 
 def _max_age() -> dt.timedelta:
@@ -301,7 +306,7 @@ def refresh(*, now: dt.datetime | None = None, wait: bool = True, max_age: dt.ti
             else:
                 cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK])
                 if not cursor.fetchone()[0]:
-                    return current() or State(cb._floor(now, "hour"), now)
+                    return current() or State(cb._floor(now, "hour"), now, built=False)
         state = ChargeRollupState.objects.select_for_update().filter(pk=1).first()
         if state is None:
             state = ChargeRollupState.objects.create(pk=1)
@@ -353,6 +358,33 @@ def _coalesce(regions: list[Region]) -> list[Region]:
     return out
 
 
+def for_reading(*, now: dt.datetime | None = None) -> State:
+    """The state a page or an API read reports from: `refresh(wait=False)` (the current hour, the hours just passed,
+    the cells the triggers marked) when that is a short rebuild. The first build, and any rebuild reaching back more
+    than PORTAL_CHARGEBACK_READER_REBUILD_HOURS (a back-dated price, a new cluster's history, a beat that stopped), are
+    left to beat: until it has done them, the reports price the intervals (`State.built` is false) — the same figures,
+    more slowly, rather than a request that rebuilds months or reads rollups the triggers have marked stale."""
+    now = now or timezone.now()
+    if not maintained():
+        return refresh(now=now, wait=False)
+    state = current()
+    if state is None or _rebuild_from(state) < cb._floor(now, "hour") - dt.timedelta(
+            hours=settings.PORTAL_CHARGEBACK_READER_REBUILD_HOURS):
+        return State(cb._floor(now, "hour"), now, built=False)
+    return refresh(now=now, wait=False)
+
+
+def _rebuild_from(state: State) -> dt.datetime:
+    """The earliest hour a refresh would rebuild now: the earliest dirty hour, else the first one not rolled up."""
+    marked = ChargeRollupDirty.objects.aggregate(lo=Min("start"), unbounded=Count("id", filter=Q(start__isnull=True)))
+    lo = state.until
+    if marked["unbounded"]:
+        lo = min(lo, _earliest() or lo)
+    if marked["lo"] is not None:
+        lo = min(lo, marked["lo"])
+    return lo
+
+
 def current() -> State | None:
     state = ChargeRollupState.objects.filter(pk=1).first()
     if state is None or state.materialized_until is None or state.refreshed_at is None:
@@ -369,8 +401,8 @@ def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple
     """`services.aggregate(services.pieces(...), dimensions, period=period)` as of `state.as_of`, read from the
     rollups: the same rows, keys, amounts and order. Whole days come from the day rows and the other hours from the
     hour rows, summed by PostgreSQL per step period and dimension; the partial hours at a window's edges (and anything
-    past what is rolled up) are priced from the intervals."""
-    if not maintained():
+    past what is rolled up) are priced from the intervals; before the first build, all of it."""
+    if not maintained() or not state.built:
         found = cb.pieces(start, end, step=step, scope=scope, cluster=cluster, tenant=tenant, now=state.as_of)
         return cb.aggregate(found, dimensions, period=period)
     namespaces = cb._scoped_namespaces(scope, tenant)

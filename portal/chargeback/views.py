@@ -66,7 +66,7 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         tenant = (self.request.GET.get("tenant") or "").replace("\x00", "") or None
         dimensions = ("tenant",) if finance and not tenant else ("tenant", "namespace", "offering")
         # From the hourly rollups (portal/chargeback/rollups.py): the same figures as pricing every interval.
-        state = rollups.refresh(wait=False)
+        state = rollups.for_reading()
         scope = cb.Scope.for_user(user)
         per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)
         for row in rollups.report(start, end, step="day", dimensions=(), scope=scope, tenant=tenant, state=state):

@@ -274,6 +274,10 @@ PORTAL_TELEMETRY_BACKFILL_HOURS = env.int("PORTAL_TELEMETRY_BACKFILL_HOURS", def
 # Chargeback reports count allocations up to the rollups' moment: a reader rolls the current hour up again when that
 # moment is older than this (the beat does it every PORTAL_CHARGEBACK_ROLLUP_SECONDS).
 PORTAL_CHARGEBACK_ROLLUP_MAX_AGE = env.float("PORTAL_CHARGEBACK_ROLLUP_MAX_AGE", default=60.0)
+# A reader rebuilds rollups itself only when that reaches back at most this many hours; a longer rebuild (a back-dated
+# price, a newly registered cluster's history, a beat that stopped) is left to the beat, and the reports price the
+# intervals meanwhile (docs/chargeback.md).
+PORTAL_CHARGEBACK_READER_REBUILD_HOURS = env.int("PORTAL_CHARGEBACK_READER_REBUILD_HOURS", default=168)
 PORTAL_IDLE_THRESHOLD = env.float("PORTAL_IDLE_THRESHOLD", default=0.05)
 PORTAL_IDLE_HOURS = env.int("PORTAL_IDLE_HOURS", default=1)
 PORTAL_CAPACITY_DEBOUNCE_SECONDS = env.int("PORTAL_CAPACITY_DEBOUNCE_SECONDS", default=10)

@@ -43,9 +43,9 @@ def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
-# How long an action or navigation may take. The pages' speed is measured in bench/ (bench/load.py), not here: a
-# first view of the chargeback statement builds the hourly rollups from the demo's earliest interval (as beat does
-# in production every 30 s), ~11 s on a slow day of this 2-CPU machine with four test workers beside it.
+# How long an action or navigation may take. The pages' speed is measured in bench/ (bench/load.py), not here: these
+# tests check content, layout and accessibility, on a 2-CPU machine with four test workers beside them (a page took
+# ~11 s there on a slow day, when the chargeback statement's first view still built the rollups itself).
 BROWSER_TIMEOUT_MS = 30_000
 
 

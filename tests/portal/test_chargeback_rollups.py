@@ -8,12 +8,16 @@ insert, a price change, telemetry arriving, a hand-edited mapping), and equal a 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
+import threading
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
+from django.test import Client
 
 from catalog.models import OfferingPrice
 from inventory.models import AllocationInterval
@@ -269,13 +273,9 @@ def test_a_change_before_the_current_hour_counts_at_once_one_inside_it_after_max
     _assert_equal(later)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None:
-    import threading
-
-    from django.db import connections
-
-    before = rollups.refresh(now=NOW)
+@contextlib.contextmanager
+def _refresh_under_way(django_db_blocker) -> Iterator[None]:
+    """Another connection holds the refresher's lock (as beat does while it refreshes) for the block's duration."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -285,7 +285,7 @@ def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None
                 cursor.execute("BEGIN")
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [rollups.LOCK])
                 held.set()
-                release.wait(10)
+                release.wait(30)
                 cursor.execute("ROLLBACK")
             other.close()
 
@@ -293,12 +293,84 @@ def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None
     thread.start()
     try:
         assert held.wait(10)
-        assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False) == before  # the last committed state
+        yield
     finally:
         release.set()
         thread.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reader_never_waits_for_a_refresh_under_way(django_db_blocker) -> None:
+    before = rollups.refresh(now=NOW)
+    with _refresh_under_way(django_db_blocker):
+        assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False) == before  # the last committed state
     assert rollups.refresh(now=NOW + dt.timedelta(hours=2), wait=False).until == cb._floor(NOW, "hour") + dt.timedelta(
         hours=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reader_during_the_first_build_gets_the_engines_figures_not_the_empty_tables(fleet, django_db_blocker) -> None:
+    """Beat's first build holds the lock for minutes on a large fleet; a reader meanwhile must not read the empty
+    rollup tables (all zeros) as if they covered everything up to now."""
+    with _refresh_under_way(django_db_blocker):
+        state = rollups.refresh(now=NOW, wait=False)
+        assert (state.built, state.as_of) == (False, NOW)
+        assert _assert_equal(state) > 100
+        with pytest.raises(AssertionError):  # what reading the empty tables as built would answer: zeros
+            _assert_equal(rollups.State(state.until, state.as_of))
+    assert not ChargeRollup.objects.exists()
+
+
+def test_a_reader_never_does_the_first_build_itself(fleet, finance) -> None:
+    """Before beat's first build, the page and the API answer from the intervals (the same figures) and build nothing:
+    the first build covers every hour since the first interval, minutes on a large fleet, not a page view's work."""
+    finance_client = Client()
+    finance_client.force_login(finance)
+    params = {"window": "2026-11-01,2026-12-01", "aggregate": "tenant,offering"}
+    before = finance_client.get("/api/v1/chargeback/", params).json()
+    assert not ChargeRollup.objects.exists()
+    assert not ChargeRollupState.objects.exists()
+    assert finance_client.get("/chargeback/", {"month": "2026-11"}).status_code == 200
+    assert not ChargeRollup.objects.exists()
+    assert not ChargeRollupState.objects.exists()
+    assert any(Decimal(row["cost"]) > 0 for row in before["rows"])
+
+    state = rollups.refresh()  # beat's first build
+    assert state.built
+    assert ChargeRollup.objects.exists()
+    after = finance_client.get("/api/v1/chargeback/", params).json()
+    assert after["rows"] == before["rows"]
+    assert after["totals"] == before["totals"]
+    assert rollups.for_reading().built
+
+
+def test_a_reader_leaves_a_long_rebuild_to_beat_and_prices_the_intervals_meanwhile(fleet, settings) -> None:
+    """A back-dated price marks every hour since January: a reader must neither rebuild that (minutes on a large
+    fleet) nor read the rollups it made stale. A late event a few hours back is rebuilt by the reader itself."""
+    settings.PORTAL_CHARGEBACK_READER_REBUILD_HOURS = 168
+    built = rollups.refresh(now=NOW)
+    start, end = WINDOWS[0]
+    everything = cb.Scope(True, set())
+    old_totals = rollups.totals(start, end, scope=everything, state=built)
+
+    OfferingPrice.objects.filter(offering=fleet["h100"], effective_from__year=2026, effective_from__month=1).update(
+        unit_price=Decimal("9.99"))
+    marked = ChargeRollupDirty.objects.count()
+    assert marked
+    state = rollups.for_reading(now=NOW)
+    assert (state.built, state.as_of) == (False, NOW)
+    assert ChargeRollupDirty.objects.count() == marked  # left to beat
+    assert rollups.totals(start, end, scope=everything, state=state) != old_totals  # the new price, not the stale rows
+    assert _assert_equal(state) > 100
+
+    assert rollups.refresh(now=NOW).built  # beat
+    late = AllocationInterval.objects.filter(started_at__gt=NOW - dt.timedelta(days=5)).order_by("id").first()
+    AllocationInterval.objects.filter(pk=late.pk).update(started_at=late.started_at - dt.timedelta(hours=3))
+    assert ChargeRollupDirty.objects.exists()
+    state = rollups.for_reading(now=NOW)
+    assert state.built
+    assert not ChargeRollupDirty.objects.exists()  # rebuilt by the reader: a few hours of one namespace
+    assert _assert_equal(state) > 100
 
 
 def test_without_postgresql_the_reports_price_the_intervals(fleet, monkeypatch) -> None:
