@@ -10,6 +10,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin, UserPassesTestMixin
 from django.http import HttpRequest
 from rest_framework.permissions import BasePermission
 
+from core.identity import in_any_group
 from core.types import RequestUser
 
 DEFAULT_READER_GROUPS = ("platform-admin", "finance")
@@ -23,11 +24,7 @@ def reader_groups() -> list[str]:
 
 
 def is_audit_reader(user: RequestUser) -> bool:
-    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
-        return False
-    if getattr(user, "is_superuser", False):
-        return True
-    return bool(user.groups.filter(name__in=reader_groups()).exists())
+    return in_any_group(user, reader_groups())
 
 
 def remember_reader(request: HttpRequest, reader: bool) -> None:

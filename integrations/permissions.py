@@ -8,15 +8,12 @@ from typing import Any
 from django.conf import settings
 from rest_framework.permissions import BasePermission
 
+from core.identity import in_any_group
 from core.types import RequestUser
 
 
 def is_webhook_admin(user: RequestUser) -> bool:
-    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
-        return False
-    if getattr(user, "is_superuser", False):
-        return True
-    return bool(user.groups.filter(name__in=settings.PORTAL_WEBHOOK_ADMIN_GROUPS).exists())
+    return in_any_group(user, settings.PORTAL_WEBHOOK_ADMIN_GROUPS)
 
 
 class IsWebhookAdmin(BasePermission):

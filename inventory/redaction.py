@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core.identity import in_any_group
 from core.types import RequestUser
 
 REDACTED = "redacted"
@@ -41,7 +42,7 @@ def can_see_sensitive(user: RequestUser | None) -> bool:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
         groups = settings.PORTAL_SENSITIVE_DATA_GROUPS  # inventory knows group names, not the portal's roles
-        cached = bool(user.is_superuser) or user.groups.filter(name__in=groups).exists()
+        cached = in_any_group(user, groups)
         setattr(user, _CACHE_ATTR, cached)
     return cached
 

@@ -35,6 +35,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from audit.context import client_address
+from core.identity import in_any_group
 from portal.tenancy.roles import Role
 
 
@@ -43,7 +44,7 @@ def admin_has_permission(request: HttpRequest) -> bool:
     user = request.user
     if not (user.is_active and user.is_staff):
         return False
-    return user.is_superuser or user.groups.filter(name=Role.PLATFORM_ADMIN.value).exists()
+    return in_any_group(user, (Role.PLATFORM_ADMIN.value,))
 
 
 def _window() -> int:

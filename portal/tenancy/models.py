@@ -15,17 +15,14 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 from django.urls import reverse
 
+from core.identity import in_any_group
 from inventory.models import Cluster
 
 GLOBAL_VIEW_GROUPS = ("platform-admin", "approver", "security-approver", "finance")
 
 
 def sees_all_tenants(user: User | AnonymousUser) -> bool:
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if user.is_superuser:
-        return True
-    return bool(user.groups.filter(name__in=GLOBAL_VIEW_GROUPS).exists())
+    return in_any_group(user, GLOBAL_VIEW_GROUPS)
 
 
 class TenantQuerySet(models.QuerySet["Tenant"]):

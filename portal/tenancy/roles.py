@@ -29,8 +29,6 @@ ROLE_DESCRIPTIONS: dict[Role, str] = {
 
 
 def user_has_role(user: User | AnonymousUser, role: Role) -> bool:
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if getattr(user, "is_superuser", False):
-        return True
-    return user.groups.filter(name=role.value).exists()
+    from core.identity import in_any_group  # here: the roles stay importable before Django is set up
+
+    return in_any_group(user, (role.value,))
