@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -128,10 +129,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def synced_simulator(scenario: str, db: str, workdir: Path,
-                     env_extra: dict[str, str]) -> tuple[Simulator, Recorder, dict[str, str], int]:
+def roll_chargeback_up(run: dict[str, Any]) -> None:
+    """Chargeback's hourly rollups, rolled up (a few minutes on `large`, whose intervals go back months), as a portal
+    that has been running has them: the measurements then see the beat's steady work, not a backfill."""
+    print("rolling chargeback up …", flush=True)
+    subprocess.run([PY, "-c", "import django; django.setup(); from portal.chargeback.rollups import refresh; "
+                    "refresh()"], **run, stdout=subprocess.DEVNULL)
+
+
+def synced_simulator(scenario: str, db: str, workdir: Path, env_extra: dict[str, str], *,
+                     roll_up: bool = True) -> tuple[Simulator, Recorder, dict[str, str], int]:
     """The simulator with `scenario` in this process (its churn writes recorded), synced once into a fresh
-    database: (simulator, recorder, the portal's environment, cluster id)."""
+    database: (simulator, recorder, the portal's environment, cluster id). `roll_up=False`: the caller rolls the
+    chargeback up itself, after what it still writes (prices reaching back months mark every hour again)."""
     print(f"loading the {scenario!r} scenario …", flush=True)
     sim = Simulator(scenario=scenario, port=free_port()).start()
     recorder = Recorder(sim)
@@ -148,11 +158,8 @@ def synced_simulator(scenario: str, db: str, workdir: Path,
                    stdout=subprocess.DEVNULL)
     print("initial sync --once …", flush=True)
     subprocess.run([PY, "manage.py", "sync", "--cluster", scenario, "--once"], **run, stdout=subprocess.DEVNULL)
-    # Chargeback's hourly rollups, rolled up once (a few minutes on `large`, whose intervals go back months), as a
-    # portal that has been running has them: the measurements then see the beat's steady work, not the backfill.
-    print("rolling chargeback up …", flush=True)
-    subprocess.run([PY, "-c", "import django; django.setup(); from portal.chargeback.rollups import refresh; "
-                    "refresh()"], **run, stdout=subprocess.DEVNULL)
+    if roll_up:
+        roll_chargeback_up(run)
     with psycopg.connect(dsn) as conn:
         cluster_id = conn.execute("SELECT id FROM inventory_cluster WHERE name = %s", (scenario,)).fetchone()[0]
     return sim, recorder, env, cluster_id
