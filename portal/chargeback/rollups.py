@@ -268,8 +268,9 @@ def _any(conditions: Iterable[Q]) -> Q:
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """Every hour before `until` is rolled up in full; the hour starting at `until` up to `as_of`. Not `built`: no
-    rollups have been committed yet, and reports price the intervals up to `as_of`."""
+    """Every hour before `until` is rolled up in full; the hour starting at `until` up to `as_of`. Not `built`: the
+    rollups cannot be read (beat's first build has not committed, or a long rebuild waits for beat), and reports
+    price the intervals up to `as_of`."""
 
     until: dt.datetime
     as_of: dt.datetime
@@ -401,7 +402,7 @@ def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple
     """`services.aggregate(services.pieces(...), dimensions, period=period)` as of `state.as_of`, read from the
     rollups: the same rows, keys, amounts and order. Whole days come from the day rows and the other hours from the
     hour rows, summed by PostgreSQL per step period and dimension; the partial hours at a window's edges (and anything
-    past what is rolled up) are priced from the intervals; before the first build, all of it."""
+    past what is rolled up) are priced from the intervals; for a state that is not `built`, all of it."""
     if not maintained() or not state.built:
         found = cb.pieces(start, end, step=step, scope=scope, cluster=cluster, tenant=tenant, now=state.as_of)
         return cb.aggregate(found, dimensions, period=period)
