@@ -455,6 +455,29 @@ def report(start: dt.datetime, end: dt.datetime, *, step: str, dimensions: tuple
     return sorted(out.values(), key=lambda r: (r["period_start"], *(r[d] for d in dimensions), r["currency"]))
 
 
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """What the monthly statement page shows: the cost per day, the month's rows by `dimensions`, the totals."""
+
+    per_day: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    totals: list[dict[str, Any]]
+
+
+def statement(start: dt.datetime, end: dt.datetime, *, dimensions: tuple[str, ...], scope: cb.Scope, state: State,
+              tenant: str | None = None) -> Statement:
+    """The three reports of the statement page. From the rollups each is a few summed rows; when the state is not
+    `built`, the intervals are priced once, by day, and all three are summed from those pieces (the same figures:
+    every amount is a sum of hourly atoms), instead of three pricings of the month."""
+    if maintained() and not state.built:
+        found = cb.pieces(start, end, step="day", scope=scope, tenant=tenant, now=state.as_of)
+        return Statement(cb.aggregate(found, ()), cb.aggregate(found, dimensions, period=start), cb.totals(found))
+    return Statement(
+        report(start, end, step="day", dimensions=(), scope=scope, tenant=tenant, state=state),
+        report(start, end, step="month", dimensions=dimensions, scope=scope, tenant=tenant, state=state, period=start),
+        totals(start, end, scope=scope, tenant=tenant, state=state))
+
+
 def totals(start: dt.datetime, end: dt.datetime, *, scope: cb.Scope, state: State, cluster: str | None = None,
            tenant: str | None = None) -> list[dict[str, Any]]:
     """`services.totals` (per currency) from the rollups."""

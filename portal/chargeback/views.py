@@ -68,13 +68,12 @@ class ChargebackView(LoginRequiredMixin, TemplateView):
         # From the hourly rollups (portal/chargeback/rollups.py): the same figures as pricing every interval.
         state = rollups.for_reading()
         scope = cb.Scope.for_user(user)
+        statement = rollups.statement(start, end, dimensions=dimensions, scope=scope, tenant=tenant, state=state)
         per_day: dict[dt.datetime, Decimal] = defaultdict(Decimal)
-        for row in rollups.report(start, end, step="day", dimensions=(), scope=scope, tenant=tenant, state=state):
+        for row in statement.per_day:
             per_day[row["period_start"]] += row["cost"]
         days = [(day, per_day.get(day, Decimal(0))) for day, _ in cb.buckets(start, end, "day")]
-        monthly = rollups.report(start, end, step="month", dimensions=dimensions, scope=scope, tenant=tenant,
-                                 state=state, period=start)
-        totals = rollups.totals(start, end, scope=scope, tenant=tenant, state=state)
+        monthly, totals = statement.rows, statement.totals
         currencies = sorted({row["currency"] for row in totals if row["currency"]})
         tenants = statement_names(user, monthly)
         query = {"window": f"{start:%Y-%m-%d},{end:%Y-%m-%d}", "aggregate": ",".join(dimensions), "step": "month",

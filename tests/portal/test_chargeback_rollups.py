@@ -373,6 +373,32 @@ def test_a_reader_leaves_a_long_rebuild_to_beat_and_prices_the_intervals_meanwhi
     assert _assert_equal(state) > 100
 
 
+def test_the_statement_before_the_first_build_prices_the_month_once_with_the_same_figures(fleet, monkeypatch) -> None:
+    """The statement page's three reports (per day, the month by dimension, the totals): before beat's first build,
+    one pricing of the intervals instead of three, and the figures the rollups give once built."""
+    _telemetry(fleet["rng"], 20)
+    pricings = []
+    real_pieces = cb.pieces
+    monkeypatch.setattr(cb, "pieces", lambda *a, **k: pricings.append(k.get("step")) or real_pieces(*a, **k))
+    east = ClusterFactory._meta.model.objects.get(name="east")
+    start, end = WINDOWS[0]
+    for scope, tenant, dimensions in ((cb.Scope(True, set()), None, ("tenant",)),
+                                      (cb.Scope(True, set()), "ml", ("tenant", "namespace", "offering")),
+                                      (cb.Scope(False, {(east.pk, "ml")}), None, ("tenant", "namespace", "offering"))):
+        _from_nothing()
+        pricings.clear()
+        unbuilt = rollups.for_reading(now=NOW)
+        assert not unbuilt.built
+        before = rollups.statement(start, end, dimensions=dimensions, scope=scope, tenant=tenant, state=unbuilt)
+        assert pricings == ["day"]
+        built = rollups.refresh(now=NOW)
+        pricings.clear()
+        after = rollups.statement(start, end, dimensions=dimensions, scope=scope, tenant=tenant, state=built)
+        assert pricings == []  # from the rollups (the window is whole hours)
+        assert before == after
+        assert any(row["cost"] for row in after.rows)
+
+
 def test_without_postgresql_the_reports_price_the_intervals(fleet, monkeypatch) -> None:
     """`manage.py demo` runs on SQLite: no triggers, no rollups; the same functions answer from the engine."""
     monkeypatch.setattr(rollups, "maintained", lambda: False)
