@@ -372,6 +372,20 @@ def _open_transaction_with_an_id(dbname: str) -> tuple[Any, int]:
     return other, xid
 
 
+def pg_snapshot_xmin_now() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return int(cursor.fetchone()[0])
+
+
+def _commit_event(cluster: Cluster, name: str) -> Position:
+    """One event of `cluster`, committed as the sync writes them; its position."""
+    with transaction.atomic():
+        change_feed_lock(cluster_id=cluster.pk)
+        _record(cluster, name)
+    return _last_position()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_write_transaction_of_another_database_does_not_hold_the_feed_back() -> None:
     """The transaction ids are the server's, but a transaction connected to another database can never write this
@@ -379,20 +393,14 @@ def test_a_write_transaction_of_another_database_does_not_hold_the_feed_back() -
     cluster = Cluster.objects.create(name="c1")
     elsewhere, elsewhere_xid = _open_transaction_with_an_id("postgres")
     try:
-        with transaction.atomic():
-            change_feed_lock(cluster_id=cluster.pk)
-            _record(cluster, "after-the-other-database")
-        event = _last_position()
+        event = _commit_event(cluster, "after-the-other-database")
         assert elsewhere_xid < event.txid
         assert pg_snapshot_xmin_now() <= elsewhere_xid  # the server-wide horizon is held back ...
         assert feed_head() > event  # ... the feed's is not
 
         here, here_xid = _open_transaction_with_an_id(connection.settings_dict["NAME"])
         try:
-            with transaction.atomic():
-                change_feed_lock(cluster_id=cluster.pk)
-                _record(cluster, "after-one-of-this-database")
-            later = _last_position()
+            later = _commit_event(cluster, "after-one-of-this-database")
             assert here_xid < later.txid
             assert feed_head() < later  # may still commit here: not final
             assert feed_head() > event
@@ -403,12 +411,6 @@ def test_a_write_transaction_of_another_database_does_not_hold_the_feed_back() -
     finally:
         elsewhere.rollback()
         elsewhere.close()
-
-
-def pg_snapshot_xmin_now() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        return int(cursor.fetchone()[0])
 
 
 @pytest.mark.django_db(transaction=True)
