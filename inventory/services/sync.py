@@ -45,8 +45,8 @@ from inventory.services.derive import (
     Scope,
     derive_cluster,
     derive_scope,
+    scope_for_changes,
     scope_for_listing,
-    scope_for_rows,
 )
 from inventory.services.discovery import discovery_current, sync_state_availability_record
 
@@ -292,8 +292,7 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
             columns = SCOPE_COLUMNS[kind]
             uids = [row.uid for row in live + gone]
             before = model.objects.filter(cluster_id=cluster_id, uid__in=uids).values(*columns)
-            scope.merge(scope_for_rows(kind, before))
-            scope.merge(scope_for_rows(kind, [{c: getattr(row, c) for c in columns} for row in live + gone]))
+            scope = scope_for_changes(kind, before, [{c: getattr(row, c) for c in columns} for row in live + gone])
         with _nodes_tracked(kind, cluster_id, live + gone):
             _upsert(model, live + gone, with_list_id=False)
         if scope:

@@ -282,3 +282,35 @@ def test_a_whole_cluster_derivation_goes_pool_chunk_by_chunk(cluster, apply, mon
     devices, found = rows()
     assert {key.split("/")[1] for key, *_ in devices} == {"d1", "d2", "d3"}
     assert [scope for _, scope, _ in found if scope.startswith("pool/")] == []  # d0's incomplete pool is gone
+
+
+def test_pods_and_capacity_changes_leave_the_nodes_dra_pools_alone_cordons_do_not(cluster, apply) -> None:
+    """The most frequent batches (pods, a node's allocatable flapping) touch only the node's device-plugin devices
+    and findings; the DRA devices carry none of what they change. A cordon changes what the DRA devices carry
+    (their schedulability): their pool is re-derived."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    n1 = node("n1", capacity={"nvidia.com/gpu": "8"}, labels=GFD_H100)
+    apply("nodes", n1)
+    apply("resourceslices", resource_slice("s", "n1", node_name="n1", devices=[gpu_device("gpu-0")]))
+
+    def slice_reads(kind: str, *objects: dict[str, Any]) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            apply(kind, *objects)
+        return sum('FROM "inventory_resourceslice"' in q["sql"] for q in queries.captured_queries)
+
+    assert slice_reads("pods", pod("a", "n1", {"nvidia.com/gpu": "3"})) == 0
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 3
+    assert slice_reads("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "7"},
+                                     labels=GFD_H100)) == 0
+    assert device(cluster, "node/n1/nvidia.com/gpu").unhealthy == 1
+    assert device(cluster, "gpu.nvidia.com/n1/gpu-0").node_schedulable
+
+    assert slice_reads("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "7"},
+                                     labels=GFD_H100, unschedulable=True)) > 0
+    assert not device(cluster, "gpu.nvidia.com/n1/gpu-0").node_schedulable
+    before = sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free", "node_schedulable"))
+    derive_cluster(cluster_id=cluster.pk)
+    assert sorted(Device.objects.filter(cluster=cluster).values_list(
+        "key", "in_use", "free", "node_schedulable")) == before

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.forms.models import model_to_dict
 
@@ -107,6 +108,24 @@ class Mutator:
         node["spec"]["unschedulable"] = not node["spec"].get("unschedulable", False)
         self.sim.store.update("nodes", node)
 
+    def move_node_pool(self) -> None:
+        """A node's pool label changes (DRA devices carry their node's pool)."""
+        node = copy.deepcopy(self.rng.choice(self.objects("nodes")))
+        labels = node["metadata"].setdefault("labels", {})
+        labels[settings.PORTAL_NODE_POOL_LABELS[0]] = f"pool-{self.rng.randint(1, 3)}"
+        self.sim.store.update("nodes", node)
+
+    def flip_ready(self) -> None:
+        """A node's Ready condition flips (DRA devices carry their node's schedulability)."""
+        node = copy.deepcopy(self.rng.choice(self.objects("nodes")))
+        conditions = node.setdefault("status", {}).setdefault("conditions", [])
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is None:
+            conditions.append({"type": "Ready", "status": "False"})
+        else:
+            ready["status"] = "False" if ready.get("status") == "True" else "True"
+        self.sim.store.update("nodes", node)
+
     def taint_device(self) -> None:
         slices = [s for s in self.objects("resourceslices") if s["spec"].get("devices")]
         rs = copy.deepcopy(self.rng.choice(slices))
@@ -159,8 +178,8 @@ class Mutator:
                 self.sim.store.delete("resourceslices", None, old["metadata"]["name"])
 
     def step(self) -> None:
-        actions = [self.bind_pod, self.finish_pod, self.delete_pod, self.flap_gpu, self.cordon, self.taint_device,
-                   self.allocate_claim, self.release_claim, self.bump_pool]
+        actions = [self.bind_pod, self.finish_pod, self.delete_pod, self.flap_gpu, self.cordon, self.move_node_pool,
+                   self.flip_ready, self.taint_device, self.allocate_claim, self.release_claim, self.bump_pool]
         self.rng.choice(actions)()
 
 

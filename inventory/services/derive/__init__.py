@@ -28,7 +28,12 @@ from inventory.services.derive.claims import claim_allocations_rebuild
 from inventory.services.derive.common import PoolKey, dra_attribute, mig_slices_per_card
 from inventory.services.derive.entrypoints import derive_cluster, derive_scope
 from inventory.services.derive.intervals import claim_intervals_derive, pod_intervals_derive
-from inventory.services.derive.scopes import SCOPE_COLUMNS, Scope, scope_for_listing, scope_for_rows
+from inventory.services.derive.scopes import (
+    SCOPE_COLUMNS,
+    Scope,
+    scope_for_changes,
+    scope_for_listing,
+)
 
 __all__ = [
     "SCOPE_COLUMNS",
@@ -41,6 +46,6 @@ __all__ = [
     "dra_attribute",
     "mig_slices_per_card",
     "pod_intervals_derive",
+    "scope_for_changes",
     "scope_for_listing",
-    "scope_for_rows",
 ]

@@ -68,18 +68,20 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
     if scope.pod_uids is None or scope.pod_uids:
         pod_intervals_derive(cluster_id=cluster_id, pod_uids=scope.pod_uids)
 
-    if nodes is None or pools is None:  # all devices: node and pool rows depend on each other
-        # Pool by pool, POOL_CHUNK at a time: the memory of a whole-cluster derivation is one chunk's slices and
-        # devices, not the cluster's (on `large`, 5,000 slices and 20,000 DRA devices were 380 MB at once).
+    if nodes is None or pools is None or scope.node_facts is None:
+        # All devices (node and pool rows depend on each other), pool by pool, POOL_CHUNK at a time: the memory of a
+        # whole-cluster derivation is one chunk's slices and devices, not the cluster's (on `large`, 5,000 slices
+        # and 20,000 DRA devices were 380 MB at once).
         known = sorted(_known_pools(cluster_id))
         for start in range(0, len(known), POOL_CHUNK):
             chunk = set(known[start:start + POOL_CHUNK])
             _derive_pools(cluster_id, chunk, pool_states(cluster_id, chunk))
         _derive_nodes(cluster_id, None)
         return
-    nodes, pools = set(nodes), set(pools)
-    if nodes:  # DRA devices carry their node's schedulability
-        pools |= set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True, node_name__in=nodes)
+    nodes, pools = set(nodes) | scope.node_facts, set(pools)
+    if scope.node_facts:  # DRA devices carry their node's pool and schedulability
+        pools |= set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True,
+                                                  node_name__in=scope.node_facts)
                      .values_list("driver", "pool_name").distinct())
     if pools:
         states = pool_states(cluster_id, pools)

@@ -8,25 +8,36 @@ from typing import Any
 
 from inventory.services.derive.common import PoolKey
 
+# The node columns a DRA device carries (its node pool from the labels, its schedulability): when none of them
+# changed, a node's DRA pools need no re-derivation.
+NODE_FACT_COLUMNS = ("labels", "ready", "unschedulable", "deleted_at")
+_DIMENSIONS = ("nodes", "pools", "pod_uids", "claim_uids", "node_facts")
+
 
 @dataclass
 class Scope:
-    """What a batch touched; `None` in a dimension means "all of it". Expanded by `derive_scope` to dependents."""
+    """What a batch touched; `None` in a dimension means "all of it". Expanded by `derive_scope` to dependents.
+
+    `nodes`: the nodes whose device-plugin devices and findings depend on the change (their pods, their capacity).
+    `node_facts`: the nodes whose facts that DRA devices carry (NODE_FACT_COLUMNS) may have changed; the pools
+    published on them are re-derived too. A pod or a capacity change of a node touches only `nodes`, which keeps the
+    most frequent batches from re-deriving every DRA device of the nodes they touch."""
 
     nodes: set[str] | None = field(default_factory=set)
     pools: set[PoolKey] | None = field(default_factory=set)
     pod_uids: set[str] | None = field(default_factory=set)
     claim_uids: set[str] | None = field(default_factory=set)
+    node_facts: set[str] | None = field(default_factory=set)
 
     @classmethod
     def everything(cls) -> Scope:
-        return cls(None, None, None, None)
+        return cls(None, None, None, None, None)
 
     def __bool__(self) -> bool:
-        return any(x is None or x for x in (self.nodes, self.pools, self.pod_uids, self.claim_uids))
+        return any(x is None or x for x in (getattr(self, name) for name in _DIMENSIONS))
 
     def merge(self, other: Scope) -> Scope:
-        for name in ("nodes", "pools", "pod_uids", "claim_uids"):
+        for name in _DIMENSIONS:
             mine, theirs = getattr(self, name), getattr(other, name)
             setattr(self, name, None if mine is None or theirs is None else mine | theirs)
         return self
@@ -35,7 +46,7 @@ class Scope:
 def scope_for_listing(kind: str) -> Scope:
     """After a complete listing of `kind`, everything that depends on that kind."""
     return {
-        "nodes": Scope(nodes=None),
+        "nodes": Scope(nodes=None, node_facts=None),
         "pods": Scope(nodes=None, pod_uids=None),
         "resourceslices": Scope(nodes=None, pools=None),
         "resourceclaims": Scope(pools=None, claim_uids=None),
@@ -43,14 +54,17 @@ def scope_for_listing(kind: str) -> Scope:
 
 
 def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
-    """Which derived rows depend on these mirrored rows (old or new versions)."""
+    """Which derived rows depend on these mirrored rows (old or new versions). Nodes count as changed facts here
+    (`scope_for_changes` tells which did change)."""
     nodes: set[str] = set()
     pools: set[PoolKey] = set()
     pod_uids: set[str] = set()
     claim_uids: set[str] = set()
+    facts: set[str] = set()
     for row in rows:
         if kind == "nodes":
             nodes.add(row["name"])
+            facts.add(row["name"])
         elif kind == "pods":
             if row.get("node_name"):
                 nodes.add(row["node_name"])
@@ -61,10 +75,28 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
                 nodes.add(row["node_name"])
         elif kind == "resourceclaims":
             claim_uids.add(row["uid"])
-    return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids)
+    return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids, node_facts=facts)
+
+
+def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterable[dict[str, Any]]) -> Scope:
+    """Which derived rows depend on a batch that replaced the `before` rows (SCOPE_COLUMNS of the stored versions)
+    with the `after` rows (the same columns of the versions written). A node counts among `node_facts` only when
+    it is new, gone, renamed, or one of its NODE_FACT_COLUMNS changed."""
+    before, after = list(before), list(after)
+    scope = scope_for_rows(kind, before).merge(scope_for_rows(kind, after))
+    if kind == "nodes":
+        stored = {row["uid"]: row for row in before}
+        changed = set()
+        for row in after:
+            old = stored.get(row["uid"])
+            if old is None or any(old[c] != row[c] for c in ("name", *NODE_FACT_COLUMNS)):
+                changed |= {row["name"]} | ({old["name"]} if old else set())
+        scope.node_facts = changed
+    return scope
+
 
 SCOPE_COLUMNS = {
-    "nodes": ("uid", "name"),
+    "nodes": ("uid", "name", *NODE_FACT_COLUMNS),
     "pods": ("uid", "node_name"),
     "resourceslices": ("uid", "driver", "pool_name", "node_name"),
     "resourceclaims": ("uid",),
