@@ -285,7 +285,9 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     gone_uids = {row.uid for row in gone}
     live = [row for row in live if row.uid not in gone_uids]  # created and deleted within one batch
     resource_version = next((e.resource_version for e in reversed(events) if e.resource_version), "")
-    cmdb = cluster_id if _writes_cmdb(kind, derive=True) else None
+    # A batch of bookmarks (or of objects the extractor refused) writes no node or device: it need not queue behind
+    # the cluster's derivations for the change lock just to save its resourceVersion.
+    cmdb = cluster_id if (live or gone) and _writes_cmdb(kind, derive=True) else None
     with lease.renewing(), fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         scope = Scope()
         if kind in SCOPE_COLUMNS and (live or gone):

@@ -550,3 +550,47 @@ def test_retention_compacts_the_feed_and_old_cursors_get_410() -> None:
     assert client.get(FEED, {"since": cursor_encode(deleted_n2)}).status_code == 200
     # From the beginning, the compacted feed still ends in the current state.
     assert [e["object_id"] for e in client.get(FEED).json()["results"]] == ["n1", "n3"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_of_bookmarks_does_not_queue_for_the_change_lock() -> None:
+    """A watcher's batch that carries only a bookmark writes no node or device: it saves its resourceVersion
+    while another transaction holds the cluster's change lock (under churn, each kind's bookmarks otherwise waited
+    behind every other kind's derivation). A batch with an object still takes the lock."""
+    from django.db.utils import OperationalError
+
+    from inventory.k8s.types import WatchEvent
+    from inventory.services.sync import _apply_events, sync_state_for
+
+    cluster = Cluster.objects.create(name="busy")
+    lease = lease_backend().acquire(sync_state_for(cluster_id=cluster.pk, kind="resourceclaims"), 60)
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                change_feed_lock(cluster_id=cluster.pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert holding.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        bookmark = WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "42"}})
+        _apply_events(cluster_id=cluster.pk, kind="resourceclaims", events=[bookmark], lease=lease)
+        assert sync_state_for(cluster_id=cluster.pk, kind="resourceclaims").resource_version == "42"
+        claim = {"metadata": {"name": "c", "namespace": "ml", "uid": "u-1", "resourceVersion": "43"}, "spec": {}}
+        with pytest.raises(OperationalError, match="lock timeout"):
+            _apply_events(cluster_id=cluster.pk, kind="resourceclaims", events=[WatchEvent("ADDED", claim)],
+                          lease=lease)
+    finally:
+        release.set()
+        thread.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        lease.release()
