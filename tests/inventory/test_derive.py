@@ -314,3 +314,20 @@ def test_pods_and_capacity_changes_leave_the_nodes_dra_pools_alone_cordons_do_no
     derive_cluster(cluster_id=cluster.pk)
     assert sorted(Device.objects.filter(cluster=cluster).values_list(
         "key", "in_use", "free", "node_schedulable")) == before
+
+
+def test_derivation_reads_skip_the_models_display_ordering(cluster, apply) -> None:
+    """Device and ClaimAllocation are ordered by their cluster's name for display. A derivation's read of them needs
+    no order: with it, every read joined the cluster table and sorted, and a DISTINCT over pools went over the
+    ordering's columns too (one row per device)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, labels=GFD_H100))
+        apply("resourceslices", resource_slice("s", "n1", node_name="n1", devices=[gpu_device("gpu-0")]))
+        apply("pods", pod("a", "n1", {"nvidia.com/gpu": "3"}))
+        apply("resourceclaims", claim("c", [("gpu.nvidia.com", "n1", "gpu-0")]))
+        derive_cluster(cluster_id=cluster.pk)
+    joined = [q["sql"] for q in queries.captured_queries if 'JOIN "inventory_cluster"' in q["sql"]]
+    assert not joined, joined[0]

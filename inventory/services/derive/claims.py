@@ -46,7 +46,7 @@ def claim_allocation_rows(cluster_id: int, claim: dict[str, Any]) -> list[ClaimA
 
 def claim_allocations_rebuild(*, cluster_id: int, claim_uids: set[str] | None) -> set[PoolKey]:
     """Rebuild ClaimAllocation rows of these claims (None = all); returns the pools touched before and after."""
-    existing = ClaimAllocation.objects.filter(cluster_id=cluster_id)
+    existing = ClaimAllocation.objects.filter(cluster_id=cluster_id).order_by()
     claims = ResourceClaim.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
     if claim_uids is not None:
         existing = existing.filter(claim_uid__in=claim_uids)

@@ -39,7 +39,7 @@ def _replace(model: type[Device] | type[Finding], cluster_id: int, scope_filter:
     the others."""
     keys = {tuple(getattr(r, f) for f in unique if f != "cluster") for r in rows}
     rows = rows if write is None else write
-    existing = model.objects.filter(Q(cluster_id=cluster_id) & scope_filter)
+    existing = model.objects.filter(Q(cluster_id=cluster_id) & scope_filter).order_by()
     gone = [pk for pk, *key in existing.values_list("pk", *[f for f in unique if f != "cluster"])
             if tuple(key) not in keys]
     if gone:
@@ -82,7 +82,7 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
     if scope.node_facts:  # DRA devices carry their node's pool and schedulability
         pools |= set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True,
                                                   node_name__in=scope.node_facts)
-                     .values_list("driver", "pool_name").distinct())
+                     .order_by().values_list("driver", "pool_name").distinct())
     if pools:
         states = pool_states(cluster_id, pools)
         for state in states.values():  # node findings look at the node's DRA devices
@@ -103,10 +103,12 @@ def _known_pools(cluster_id: int) -> set[PoolKey]:
     """Every pool the cluster's DRA rows name: published in a live slice, or still carrying devices or findings
     (which a whole-cluster derivation must remove when the pool is gone)."""
     pools: set[PoolKey] = set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True)
-                              .values_list("driver", "pool_name").distinct())
-    pools |= set(Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).values_list("driver", "pool").distinct())
+                              .order_by().values_list("driver", "pool_name").distinct())
+    pools |= set(Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).order_by()
+                 .values_list("driver", "pool").distinct())
     pools |= {pool_of_scope(scope) for scope in Finding.objects.filter(
-        cluster_id=cluster_id, scope__startswith=POOL_SCOPE_PREFIX).values_list("scope", flat=True).distinct()}
+        cluster_id=cluster_id, scope__startswith=POOL_SCOPE_PREFIX).order_by().values_list("scope", flat=True)
+        .distinct()}
     return pools
 
 
@@ -139,7 +141,7 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
     now = timezone.now()
     current: dict[str, str] = {}
     feed_hashes: dict[str, str] = {}
-    for key, content_hash, feed_hash in (Device.objects.filter(Q(cluster_id=cluster_id) & scope)
+    for key, content_hash, feed_hash in (Device.objects.filter(Q(cluster_id=cluster_id) & scope).order_by()
                                          .values_list("key", "content_hash", "feed_hash")):
         current[key], feed_hashes[key] = content_hash, feed_hash
     changed = []
@@ -164,7 +166,7 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
     node_rows = _node_rows(cluster_id, nodes)
     requested = pod_requests_by_node(cluster_id, nodes)
     dra_by_node: dict[str, list[Device]] = defaultdict(list)
-    dra = Device.objects.filter(cluster_id=cluster_id, path=Path.DRA)
+    dra = Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).order_by("node_name", "key")
     if nodes is not None:
         dra = dra.filter(node_name__in=nodes)
     for device in dra.only("key", "driver", "mode", "model", "memory_mib", "compute_capability", "driver_version",

@@ -58,7 +58,7 @@ def _pod_ended_at(raw: dict[str, Any], phase: str, deleted_at: datetime | None) 
 
 def _upsert_intervals(cluster_id: int, holder_kind: str, holder_uids: set[str] | None,
                       rows: list[AllocationInterval]) -> None:
-    existing = AllocationInterval.objects.filter(cluster_id=cluster_id, holder_kind=holder_kind)
+    existing = AllocationInterval.objects.filter(cluster_id=cluster_id, holder_kind=holder_kind).order_by()
     if holder_uids is not None:
         existing = existing.filter(holder_uid__in=holder_uids)
     keep = {(r.holder_uid, r.resource) for r in rows}
@@ -175,7 +175,7 @@ def _share_of_devices(cluster_id: int, rows: list[AllocationInterval]) -> None:
 
 def claims_with_shares(cluster_id: int, pools: set[PoolKey] | None) -> set[str]:
     """Claims holding shares of devices in these pools: their intervals' shares depend on the devices' capacities."""
-    query = ClaimAllocation.objects.filter(cluster_id=cluster_id).exclude(consumed_capacity={})
+    query = ClaimAllocation.objects.filter(cluster_id=cluster_id).exclude(consumed_capacity={}).order_by()
     if pools is not None:
         condition = Q(pk__in=[])
         for driver, pool in pools:

@@ -116,7 +116,7 @@ def device_plugin_requests(requests: Any, claim_status: Any) -> dict[str, int]:
 
 def pod_requests_by_node(cluster_id: int, nodes: set[str] | None) -> dict[str, dict[str, int]]:
     pods = Pod.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True, accelerator=True).exclude(node_name="")
-    pods = pods.exclude(phase__in=TERMINAL_PHASES)
+    pods = pods.exclude(phase__in=TERMINAL_PHASES).order_by()
     if nodes is not None:
         pods = pods.filter(node_name__in=nodes)
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
