@@ -70,3 +70,15 @@ def _column(model: type[models.Model], name: str) -> str:
 
 def _value(field: models.Field[Any, Any], row: models.Model) -> Any:
     return field.get_db_prep_save(field.pre_save(row, True), connection)
+
+
+def analyze(*models_: type[models.Model]) -> None:
+    """Refresh the planner's statistics of these tables (PostgreSQL; a no-op elsewhere), as PostgreSQL advises after a
+    bulk load. Until autovacuum's next pass (never, where it is off) the planner otherwise plans the first minutes of
+    watch batches on a freshly listed cluster for empty tables: it scanned every device of the cluster for one pool's.
+    ANALYZE reads a sample, takes no lock that blocks readers or writers, and may run inside a transaction."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for model in models_:
+            cursor.execute(f"ANALYZE {_quote(model._meta.db_table)}")

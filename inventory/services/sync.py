@@ -23,7 +23,7 @@ from django.db import DatabaseError, IntegrityError, InterfaceError, Operational
 from django.db.models import F
 from django.utils import timezone
 
-from core.db import copy_upsert
+from core.db import analyze, copy_upsert
 from inventory.errors import (
     ClusterError,
     ClusterRequestError,
@@ -38,7 +38,16 @@ from inventory.k8s.conversion import converted_on_read, to_stored_shape
 from inventory.k8s.types import KindRef, WatchEvent
 from inventory.kinds import MODELS, SYNCED_KINDS, kind_ref
 from inventory.leases import Lease
-from inventory.models import KubeObject, SyncIncident, SyncIssue, SyncState
+from inventory.models import (
+    AllocationInterval,
+    ClaimAllocation,
+    Device,
+    Finding,
+    KubeObject,
+    SyncIncident,
+    SyncIssue,
+    SyncState,
+)
 from inventory.services.changes import change_feed_lock, nodes_tracked
 from inventory.services.derive import (
     SCOPE_COLUMNS,
@@ -53,6 +62,8 @@ from inventory.services.discovery import discovery_current, sync_state_availabil
 logger = logging.getLogger(__name__)
 
 WATCH_BATCH_MAX = 500
+ANALYZE_AFTER_ROWS = 1000  # a listing at least this big refreshes the planner's statistics of what it wrote
+DERIVED_MODELS = (Device, Finding, ClaimAllocation, AllocationInterval)
 WATCH_BATCH_WAIT = 0.2  # seconds an event may wait for company before the batch is written
 BACKOFF_MAX = 10.0
 _BASE_COLUMNS = {"cluster", "uid", "first_seen_at", "id", "list_id"}
@@ -269,6 +280,8 @@ def kind_list(
         )
         if derive and kind in SCOPE_COLUMNS:
             derive_scope(cluster_id=cluster_id, scope=scope_for_listing(kind))
+    if result.count >= ANALYZE_AFTER_ROWS:  # outside the transaction: the change lock is not held meanwhile
+        analyze(model, *(DERIVED_MODELS if derive and kind in SCOPE_COLUMNS else ()))
     return result
 
 
@@ -550,4 +563,5 @@ def cluster_sync_once(
     with transaction.atomic():
         change_feed_lock(cluster_id=cluster_id)
         derive_cluster(cluster_id=cluster_id)  # once, after every kind is in
+    analyze(*DERIVED_MODELS)  # the mirrored tables were analyzed by their listings
     return results

@@ -259,3 +259,31 @@ def test_the_lease_survives_a_long_wait_for_the_cluster_lock(sim: Simulator, clu
     state = SyncState.objects.get(cluster=cluster, kind="nodes")
     assert (state.list_id, state.lease_losses) == (1, 0)
     assert result.lists[0].seconds > settings.PORTAL_WATCH_LEASE_SECONDS * 2
+
+
+def test_a_big_listing_refreshes_the_planners_statistics(sim: Simulator, cluster: Cluster, monkeypatch) -> None:
+    """After a bulk load PostgreSQL plans for empty tables until autovacuum analyzes them (never, where it is off):
+    a listing of at least ANALYZE_AFTER_ROWS objects, and `sync --once`'s derivation, analyze what they wrote."""
+    from django.db import connection
+
+    from inventory.services import sync
+    from tests.inventory.conftest import _sync_once
+
+    def analyzed() -> dict[str, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT relname, analyze_count FROM pg_stat_user_tables WHERE relname IN "
+                           "('inventory_pod', 'inventory_node', 'inventory_device', 'inventory_finding')")
+            return dict(cursor.fetchall())
+
+    monkeypatch.setattr(sync, "ANALYZE_AFTER_ROWS", 1)
+    before = analyzed()
+    _sync_once(cluster, kinds=("nodes", "pods"))
+    deadline = time.monotonic() + 10  # a backend reports its statistics within a second of its transaction
+    while time.monotonic() < deadline:
+        after = analyzed()
+        if all(after.get(table, 0) > before.get(table, 0) for table in after) and len(after) == 4:
+            break
+        time.sleep(0.2)
+    assert {table: after.get(table, 0) - before.get(table, 0) for table in after} == {
+        "inventory_pod": 1, "inventory_node": 1, "inventory_device": 1, "inventory_finding": 1}
