@@ -42,7 +42,16 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chargeback_large import _prices_and_tenants
-from watch_lag import Recorder, free_port, percentile, poll, roll_chargeback_up, start_workers, synced_simulator
+from watch_lag import (
+    Recorder,
+    cpu_by_group,
+    free_port,
+    percentile,
+    poll,
+    roll_chargeback_up,
+    start_workers,
+    synced_simulator,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -116,37 +125,6 @@ def _warm(base: str, setup: dict, paths: list[str]) -> None:
                     raise SystemExit(f"warm-up {path}: redirected to {response.geturl()}")
         except urllib.error.HTTPError as exc:
             raise SystemExit(f"warm-up {path}: {exc.code}") from None
-
-
-CPU_GROUPS = (("web", "gunicorn"), ("watch worker", "-Q watch"), ("default worker", "-Q default"), ("beat", " beat "),
-              ("locust", "locust"), ("postgresql", "postgres:"), ("postgresql", "/bin/postgres "),
-              ("redis", "redis-server"))
-
-
-def cpu_by_group() -> dict[str, float]:
-    """CPU seconds (user + system) so far of every process on the machine with its reaped children, summed by what
-    it is (CPU_GROUPS). This process is "simulator" (the simulator, its churn, the lag poller); the children it reaped
-    are "locust" (during a phase, Locust is the only one that ends). PostgreSQL's backends that ended count through
-    the postmaster. Differences of two calls tell where a phase's CPU went."""
-    tick = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        own, reaped = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
-        if int(entry.name) == os.getpid():
-            totals["simulator"] = totals.get("simulator", 0.0) + own
-            totals["locust"] = totals.get("locust", 0.0) + reaped
-            continue
-        group = next((name for name, marker in CPU_GROUPS if marker in f" {command} "), "other")
-        totals[group] = totals.get(group, 0.0) + own + reaped
-    return totals
 
 
 def _lag_phase(sim: Simulator, recorder: Recorder, dsn: str, cluster_id: int, rate: float, seconds: float,

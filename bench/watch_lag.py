@@ -6,14 +6,15 @@ capacity recomputation that sync batches trigger) and beat, in their own process
 resourceVersion (or its tombstone) became visible. Derived rows (devices, findings, intervals) are written in the
 same transaction as the mirrored row, so that moment is also when the derived rows are visible.
 
-    .venv/bin/python bench/watch_lag.py [--rate 200] [--seconds 60] [--scenario large]
+    .venv/bin/python bench/watch_lag.py [--rate 500] [--seconds 60] [--scenario large]
 
-Target (DESIGN.md §5): p99 ≤ 2 s at 200 events/s.
+Target (DESIGN.md §5, issue 22): p99 ≤ 1 s at 500 changes/s, nothing lost.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import signal
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from sync_large import recreate_database  # noqa: E402
 
 PY = sys.executable
+TARGET_P99_S = 1.0
 TABLES = {"pods": "inventory_pod", "nodes": "inventory_node", "resourceslices": "inventory_resourceslice"}
 
 
@@ -91,17 +93,36 @@ def poll_clusters(dsn: str, take: Callable[[], list[Write]], stop: threading.Eve
                   lags: list[tuple[int, float]]) -> None:
     """Until `stop` and nothing waits: for every churn write `take` hands over, (cluster id, seconds until the row
     carrying that resourceVersion, or its tombstone, was visible in PostgreSQL) into `lags`; inf for a write still not
-    visible 30 s after it was made once `stop` is set."""
-    waiting: list[Write] = []
+    visible 30 s after it was made once `stop` is set.
+
+    Cheap for the system it measures, whatever the backlog: a poll reads each (cluster, kind)'s saved
+    resourceVersion, which the sync commits in the same transaction as the batch's rows, and looks up by uid only the
+    writes at or below it, once. A write whose row does not show it then (an event lost, or a relist that has not
+    tombstoned yet) is looked up on every poll until it does. The lag is taken when the row is seen."""
+    waiting: dict[tuple[int, str], list[tuple[int, int, Write]]] = {}  # heaps by resourceVersion
+    suspects: list[Write] = []
+    sequence = 0
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set() or waiting:
-            waiting.extend(take())
-            if not waiting:
-                time.sleep(0.02)
-                continue
+        while not stop.is_set() or suspects or any(waiting.values()):
+            for write in take():
+                sequence += 1
+                heapq.heappush(waiting.setdefault((write[0], write[1]), []), (write[3], sequence, write))
+            due = list(suspects)
+            for (cluster_id, kind), heap in waiting.items():
+                if not heap:
+                    continue
+                row = conn.execute("SELECT resource_version FROM inventory_syncstate WHERE cluster_id = %s AND "
+                                   "kind = %s", (cluster_id, kind)).fetchone()
+                mark = int(row[0]) if row and str(row[0]).isdigit() else 0
+                while heap and heap[0][0] <= mark:
+                    due.append(heapq.heappop(heap)[2])
             now = time.time()
+            if stop.is_set():  # what has waited 30 s after the churn stopped is lost
+                for heap in waiting.values():
+                    due.extend(item[2] for item in heap)
+                    heap.clear()
             groups: dict[tuple[int, str], list[str]] = {}
-            for cluster_id, kind, uid, _rv, _deleted, _t in waiting:
+            for cluster_id, kind, uid, *_ in due:
                 groups.setdefault((cluster_id, kind), []).append(uid)
             seen: dict[tuple[int, str, str], tuple[int, bool]] = {}
             for (cluster_id, kind), uids in groups.items():
@@ -110,18 +131,48 @@ def poll_clusters(dsn: str, take: Callable[[], list[Write]], stop: threading.Eve
                     "WHERE cluster_id = %s AND uid = ANY(%s)", (cluster_id, uids)).fetchall()
                 for uid, rv, deleted in rows:
                     seen[(cluster_id, kind, str(uid))] = (int(rv or 0), deleted)
-            still = []
-            for item in waiting:
-                cluster_id, kind, uid, rv, deleted, changed_at = item
+            suspects = []
+            for write in due:
+                cluster_id, kind, uid, rv, deleted, changed_at = write
                 row = seen.get((cluster_id, kind, uid))
                 if row and (row[1] if deleted else row[0] >= rv):
                     lags.append((cluster_id, now - changed_at))
                 elif stop.is_set() and now - changed_at > 30:
                     lags.append((cluster_id, float("inf")))  # never arrived
                 else:
-                    still.append(item)
-            waiting = still
+                    suspects.append(write)
             time.sleep(0.02)
+
+
+CPU_GROUPS = (("web", "gunicorn"), ("watch worker", "-Q watch"), ("default worker", "-Q default"), ("beat", " beat "),
+              ("locust", "locust"), ("postgresql", "postgres:"), ("postgresql", "/bin/postgres "),
+              ("redis", "redis-server"))
+
+
+def cpu_by_group(*, reaped_as: str = "locust") -> dict[str, float]:
+    """CPU seconds (user + system) so far of every process on the machine with its reaped children, summed by what
+    it is (CPU_GROUPS). This process is "simulator" (the simulator, its churn, the lag poller); the children it reaped
+    are `reaped_as` (during a phase of bench/load.py, Locust is the only one that ends). PostgreSQL's backends that ended count through
+    the postmaster. Differences of two calls tell where a phase's CPU went."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        own, reaped = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+        if int(entry.name) == os.getpid():
+            totals["simulator"] = totals.get("simulator", 0.0) + own
+            totals[reaped_as] = totals.get(reaped_as, 0.0) + reaped
+            continue
+        group = next((name for name, marker in CPU_GROUPS if marker in f" {command} "), "other")
+        totals[group] = totals.get(group, 0.0) + own + reaped
+    return totals
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -192,14 +243,18 @@ def start_workers(env: dict[str, str], workdir: Path, clusters: int = 1) -> list
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="large")
-    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--db", default="portal_bench_lag")
     parser.add_argument("--profile", metavar="FILE", help="Sample the watch worker with py-spy (pip install "
                         "'.[bench]') while the churn runs; raw collapsed stacks (bench/profile_summary.py reads them).")
-    parser.add_argument("--profile-worker", choices=["watch", "default", "both"], default="watch",
-                        help="Which worker --profile samples: the watchers, the default queue (capacity, beat's "
-                        "tasks), or both (into FILE.watch and FILE.default).")
+    parser.add_argument("--profile-worker", choices=["watch", "default", "both", "bench"], default="watch",
+                        help="Which process --profile samples: the watchers, the default queue (capacity, beat's "
+                        "tasks), both workers (into FILE.watch and FILE.default), or this one (the simulator, its "
+                        "churn and the lag poller).")
+    parser.add_argument("--gil", action="store_true", help="With --profile: sample only the thread holding the "
+                        "interpreter lock (where the process's CPU goes) instead of every thread, idle ones too "
+                        "(where its threads wait).")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="portal-lag-"))
@@ -214,12 +269,14 @@ def main() -> int:
         poller = threading.Thread(target=poll, args=(dsn, cluster_id, recorder, stop, lags), daemon=True)
         poller.start()
         recorder.active = True
+        print(f"churning {args.rate:g} changes/s for {args.seconds:g} s …", flush=True)
         sim.churn.start(rate_per_second=args.rate, seed=7)
-        started, changes_before = time.monotonic(), sim.churn.changes
+        started, changes_before, cpu_before = time.monotonic(), sim.churn.changes, cpu_by_group(reaped_as="py-spy")
         sampled = ["watch", "default"] if args.profile_worker == "both" else [args.profile_worker]
+        pids = {"watch": procs[0].pid, "default": procs[1].pid, "bench": os.getpid()}
         spies = [subprocess.Popen(
-            [str(Path(PY).parent / "py-spy"), "record", "--pid", str(procs[["watch", "default"].index(name)].pid),
-             "--idle", "--duration", str(int(args.seconds)), "--format", "raw", "--rate", "50",
+            [str(Path(PY).parent / "py-spy"), "record", "--pid", str(pids[name]),
+             "--gil" if args.gil else "--idle", "--duration", str(int(args.seconds)), "--format", "raw", "--rate", "50",
              "--output", args.profile if len(sampled) == 1 else f"{args.profile}.{name}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in sampled] if args.profile else []
         time.sleep(args.seconds)
@@ -227,6 +284,8 @@ def main() -> int:
             spy.wait(timeout=60)
         sim.churn.stop()
         elapsed = time.monotonic() - started
+        cpu = {group: round((seconds - cpu_before.get(group, 0.0)) / elapsed, 2)
+               for group, seconds in sorted(cpu_by_group(reaped_as="py-spy").items())}
         achieved = (sim.churn.changes - changes_before) / elapsed
         recorder.active = False
         stop.set()
@@ -242,12 +301,12 @@ def main() -> int:
         "scenario": args.scenario, "target_rate": args.rate, "achieved_changes_per_second": round(achieved, 1),
         "events_measured": len(lags), "events_lost": len(lags) - len(finite),
         "lag_p50_s": round(percentile(finite, 0.50), 3), "lag_p99_s": round(percentile(finite, 0.99), 3),
-        "lag_max_s": round(max(finite), 3), "target_p99_s": 2.0,
+        "lag_max_s": round(max(finite), 3), "target_p99_s": TARGET_P99_S, "cpu_cores_by_process": cpu,
     }
     print(json.dumps(result, indent=2))
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
     (ROOT / "bench" / "results" / f"watch_lag_{args.scenario}.json").write_text(json.dumps(result, indent=2))
-    ok = result["lag_p99_s"] <= 2.0 and not result["events_lost"]
+    ok = result["lag_p99_s"] <= TARGET_P99_S and not result["events_lost"]
     print("target met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 
