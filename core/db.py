@@ -76,7 +76,9 @@ def analyze(*models_: type[models.Model]) -> None:
     """Refresh the planner's statistics of these tables (PostgreSQL; a no-op elsewhere), as PostgreSQL advises after a
     bulk load. Until autovacuum's next pass (never, where it is off) the planner otherwise plans the first minutes of
     watch batches on a freshly listed cluster for empty tables: it scanned every device of the cluster for one pool's.
-    ANALYZE reads a sample, takes no lock that blocks readers or writers, and may run inside a transaction."""
+    ANALYZE reads a sample, takes no lock that blocks readers or writers, and may run inside a transaction. A role
+    that does not own the tables (the application role of docs/deploy.md) gets a warning from PostgreSQL and nothing
+    is analyzed: autovacuum, on by default, does it there a minute later."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:

@@ -563,5 +563,5 @@ def cluster_sync_once(
     with transaction.atomic():
         change_feed_lock(cluster_id=cluster_id)
         derive_cluster(cluster_id=cluster_id)  # once, after every kind is in
-    analyze(*DERIVED_MODELS)  # the mirrored tables were analyzed by their listings
+    analyze(*DERIVED_MODELS)  # the listings analyzed the mirrored tables they filled
     return results
