@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
 
 
 @register(Tags.security, deploy=True)
@@ -49,8 +50,6 @@ def _maintenance_settings(connection: Any) -> dict[str, str]:
 @register(Tags.database)
 def autovacuum_on(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Runs with `check --database default` (and `migrate`): does PostgreSQL maintain the tables by itself?"""
-    from django.db import connections
-
     found: list[CheckMessage] = []
     for alias in databases or []:
         connection = connections[alias]

@@ -54,17 +54,15 @@ def scope_for_listing(kind: str) -> Scope:
 
 
 def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
-    """Which derived rows depend on these mirrored rows (old or new versions). Nodes count as changed facts here
-    (`scope_for_changes` tells which did change)."""
+    """Which derived rows depend on these mirrored rows (old or new versions); `scope_for_changes` adds the nodes whose
+    facts changed."""
     nodes: set[str] = set()
     pools: set[PoolKey] = set()
     pod_uids: set[str] = set()
     claim_uids: set[str] = set()
-    facts: set[str] = set()
     for row in rows:
         if kind == "nodes":
             nodes.add(row["name"])
-            facts.add(row["name"])
         elif kind == "pods":
             if row.get("node_name"):
                 nodes.add(row["node_name"])
@@ -75,7 +73,7 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
                 nodes.add(row["node_name"])
         elif kind == "resourceclaims":
             claim_uids.add(row["uid"])
-    return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids, node_facts=facts)
+    return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids)
 
 
 def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterable[dict[str, Any]]) -> Scope:
