@@ -56,6 +56,8 @@ from inventory.services.derive import (
     derive_scope,
     scope_for_changes,
     scope_for_listing,
+    stored_scope_values,
+    written_scope_values,
 )
 from inventory.services.discovery import discovery_current, sync_state_availability_record
 
@@ -304,10 +306,8 @@ def _apply_events(*, cluster_id: int, kind: str, events: list[WatchEvent], lease
     with lease.renewing(), fenced(lease.state_id, lease.token, cmdb_cluster_id=cmdb):
         scope = Scope()
         if kind in SCOPE_COLUMNS and (live or gone):
-            columns = SCOPE_COLUMNS[kind]
-            uids = [row.uid for row in live + gone]
-            before = model.objects.filter(cluster_id=cluster_id, uid__in=uids).values(*columns)
-            scope = scope_for_changes(kind, before, [{c: getattr(row, c) for c in columns} for row in live + gone])
+            stored = model.objects.filter(cluster_id=cluster_id, uid__in=[row.uid for row in live + gone])
+            scope = scope_for_changes(kind, stored_scope_values(kind, stored), written_scope_values(kind, live + gone))
         with _nodes_tracked(kind, cluster_id, live + gone):
             _upsert(model, live + gone, with_list_id=False)
         if scope:

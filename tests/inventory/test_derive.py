@@ -316,6 +316,38 @@ def test_pods_and_capacity_changes_leave_the_nodes_dra_pools_alone_cordons_do_no
         "key", "in_use", "free", "node_schedulable")) == before
 
 
+def test_a_pod_batch_re_derives_only_the_nodes_where_what_its_pods_hold_changed(cluster, apply) -> None:
+    """A node's device-plugin devices depend on its pods only through what each adds to the in-use counts
+    (`plugin_share`). A bound pod going Pending → Running, or any change to a pod without accelerators, changes no
+    share: the node is left alone. A pod ending, arriving, or whose request a DRA claim takes over changes one."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    apply("nodes", node("n1", capacity={"nvidia.com/gpu": "8"}, labels=GFD_H100))
+
+    def node_reads(*objects: dict[str, Any]) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            apply("pods", *objects)
+        return sum('FROM "inventory_node"' in q["sql"] for q in queries.captured_queries)
+
+    assert node_reads(pod("a", "n1", {"nvidia.com/gpu": "3"}, phase="Pending")) > 0  # arrives: holds 3
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 3
+    assert node_reads(pod("a", "n1", {"nvidia.com/gpu": "3"})) == 0  # starts: still 3
+    assert node_reads(pod("web", "n1", {"cpu": "1"}), pod("web2", "n1", {"cpu": "1"}, phase="Succeeded")) == 0
+    served = pod("a", "n1", {"nvidia.com/gpu": "3"})
+    served["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "a-extended", "requestMappings": [
+        {"containerName": "main", "requestName": "container-0-request-0", "resourceName": "nvidia.com/gpu"}]}
+    assert node_reads(served) > 0  # the claim's devices hold them now
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 0
+    assert node_reads(pod("a", "n1", {"nvidia.com/gpu": "3"})) > 0
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 3
+    assert node_reads(pod("a", "n1", {"nvidia.com/gpu": "3"}, phase="Succeeded")) > 0  # ends: frees 3
+    assert device(cluster, "node/n1/nvidia.com/gpu").in_use == 0
+    before = sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free"))
+    derive_cluster(cluster_id=cluster.pk)
+    assert sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free")) == before
+
+
 def test_derivation_reads_skip_the_models_display_ordering(cluster, apply) -> None:
     """Device and ClaimAllocation are ordered by their cluster's name for display. A derivation's read of them needs
     no order: with it, every read joined the cluster table and sorted, and a DISTINCT over pools went over the

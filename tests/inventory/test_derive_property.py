@@ -1,7 +1,7 @@
 """Property: after every applied watch batch, the incrementally maintained derived tables equal a from-scratch
 recomputation — under random event sequences (seeded, reproducible) produced by the simulator's churn and by our own
-mutations (pods bound/finished/deleted, GPUs unhealthy, cordons, device taints, claims allocated/released, pools
-bumped to a new generation or losing a slice). Events travel the real path: simulator → HTTP watch → batches.
+mutations (pods bound/started/finished/deleted or served by a DRA claim, GPUs unhealthy, cordons, device taints,
+claims allocated/released, pools bumped to a new generation or losing a slice). Events travel the real path: simulator → HTTP watch → batches.
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def from_scratch(cluster: Cluster) -> dict[str, list[tuple]]:
     return result
 
 
+def vendor_limits(pod: dict[str, Any]) -> list[str]:
+    """The extended resources the pod's first container asks for."""
+    containers = pod["spec"].get("containers") or [{}]
+    return [r for r in ((containers[0].get("resources") or {}).get("limits") or {}) if "/" in r]
+
+
 class Mutator:
     """Random, valid changes to the simulator's objects (what a busy GPU cluster does)."""
 
@@ -84,11 +90,18 @@ class Mutator:
         })
 
     def finish_pod(self) -> None:
-        pods = [p for p in self.objects("pods") if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"]
+        self.n += 1
+        pods = [p for p in self.objects("pods") if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
+                and vendor_limits(p)]  # what the node's devices count
         if pods:
             pod = copy.deepcopy(self.rng.choice(pods))
             pod["status"]["phase"] = self.rng.choice(["Succeeded", "Failed"])
-            self.sim.store.update("pods", pod)
+            # As the kubelet reports it: when each container ended (the interval's end comes from there).
+            pod["status"]["containerStatuses"] = [
+                {"name": c["name"], "restartCount": 0, "ready": False, "state": {"terminated": {
+                    "exitCode": 0, "startedAt": "2026-11-01T00:00:00Z", "finishedAt": f"2026-11-02T00:{self.n % 60:02d}:00Z"}}}
+                for c in pod["spec"]["containers"]]
+            self.sim.store.update("pods", pod, subresource="status")
 
     def delete_pod(self) -> None:
         pods = self.objects("pods")
@@ -96,12 +109,38 @@ class Mutator:
             pod = self.rng.choice(pods)
             self.sim.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
 
+    def start_or_stall_pod(self) -> None:
+        """A bound pod goes Pending → Running (or back, as far as the portal can tell): what it holds is unchanged."""
+        pods = [p for p in self.objects("pods") if p["spec"].get("nodeName")
+                and p["status"].get("phase") in ("Pending", "Running")]
+        if pods:
+            pod = copy.deepcopy(self.rng.choice(pods))
+            pod["status"]["phase"] = "Running" if pod["status"]["phase"] == "Pending" else "Pending"
+            self.sim.store.update("pods", pod, subresource="status")
+
+    def serve_by_claim(self) -> None:
+        """The scheduler satisfies (or no longer) a pod's extended request with a generated DRA claim
+        (DRAExtendedResource): the node's device-plugin units no longer hold it."""
+        allocatable = {n["metadata"]["name"]: n["status"]["allocatable"] for n in self.gpu_nodes()}
+        pods = [p for p in self.objects("pods") if p["status"].get("phase") in ("Pending", "Running")
+                and set(vendor_limits(p)) & set(allocatable.get(p["spec"].get("nodeName"), ()))]
+        if not pods:
+            self.bind_pod()  # one to serve next time
+        else:
+            pod = copy.deepcopy(self.rng.choice(pods))
+            if pod["status"].pop("extendedResourceClaimStatus", None) is None:
+                pod["status"]["extendedResourceClaimStatus"] = {
+                    "resourceClaimName": f"{pod['metadata']['name'][:40]}-extended", "requestMappings": [
+                        {"containerName": pod["spec"]["containers"][0]["name"], "requestName": f"request-{i}",
+                         "resourceName": resource} for i, resource in enumerate(sorted(vendor_limits(pod)))]}
+            self.sim.store.update("pods", pod, subresource="status")
+
     def flap_gpu(self) -> None:
         node = copy.deepcopy(self.rng.choice(self.gpu_nodes()))
         resource = self.rng.choice([k for k in node["status"]["allocatable"] if k.startswith("nvidia.com/")])
         capacity = int(node["status"]["capacity"][resource])
         node["status"]["allocatable"][resource] = str(self.rng.randint(max(0, capacity - 2), capacity))
-        self.sim.store.update("nodes", node)
+        self.sim.store.update("nodes", node, subresource="status")
 
     def cordon(self) -> None:
         node = copy.deepcopy(self.rng.choice(self.objects("nodes")))
@@ -124,7 +163,7 @@ class Mutator:
             conditions.append({"type": "Ready", "status": "False"})
         else:
             ready["status"] = "False" if ready.get("status") == "True" else "True"
-        self.sim.store.update("nodes", node)
+        self.sim.store.update("nodes", node, subresource="status")
 
     def taint_device(self) -> None:
         slices = [s for s in self.objects("resourceslices") if s["spec"].get("devices")]
@@ -158,7 +197,7 @@ class Mutator:
                 self.sim.store.delete("resourceclaims", claim["metadata"]["namespace"], claim["metadata"]["name"])
             else:
                 claim["status"] = {}
-                self.sim.store.update("resourceclaims", claim)
+                self.sim.store.update("resourceclaims", claim, subresource="status")
 
     def bump_pool(self) -> None:
         """A driver republishes a pool at generation+1, slice by slice (the pool is incomplete in between)."""
@@ -178,7 +217,8 @@ class Mutator:
                 self.sim.store.delete("resourceslices", None, old["metadata"]["name"])
 
     def step(self) -> None:
-        actions = [self.bind_pod, self.finish_pod, self.delete_pod, self.flap_gpu, self.cordon, self.move_node_pool,
+        actions = [self.bind_pod, self.finish_pod, self.delete_pod, self.start_or_stall_pod, self.serve_by_claim,
+                   self.flap_gpu, self.cordon, self.move_node_pool,
                    self.flip_ready, self.taint_device, self.allocate_claim, self.release_claim, self.bump_pool]
         self.rng.choice(actions)()
 

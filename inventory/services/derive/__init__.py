@@ -33,6 +33,8 @@ from inventory.services.derive.scopes import (
     Scope,
     scope_for_changes,
     scope_for_listing,
+    stored_scope_values,
+    written_scope_values,
 )
 
 __all__ = [
@@ -48,4 +50,6 @@ __all__ = [
     "pod_intervals_derive",
     "scope_for_changes",
     "scope_for_listing",
+    "stored_scope_values",
+    "written_scope_values",
 ]

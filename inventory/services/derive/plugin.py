@@ -114,14 +114,49 @@ def device_plugin_requests(requests: Any, claim_status: Any) -> dict[str, int]:
     return {r: n for r, n in (requests or {}).items() if r not in served and isinstance(n, int)}
 
 
+# The pod values `plugin_share` reads: Pod columns, and the one part of the raw object it needs.
+SHARE_COLUMNS = ("node_name", "accelerator", "phase", "deleted_at", "extended_requests")
+SHARE_RAW = {"claim_status": ("status", "extendedResourceClaimStatus")}
+
+
+def plugin_share(pod: dict[str, Any]) -> tuple[str, tuple[tuple[str, int], ...]] | None:
+    """What one pod adds to its node's device-plugin in-use counts: (node, its requests by resource), or None when it
+    adds nothing (no accelerator, not bound, ended, gone, or every request served by a DRA claim). `pod` holds
+    SHARE_COLUMNS and SHARE_RAW's values. The one rule behind `pod_requests_by_node`, and behind which nodes a pod
+    batch re-derives (only those where some pod's share changed: a pod going Pending → Running changes none)."""
+    if (not pod.get("accelerator") or not pod.get("node_name") or pod.get("deleted_at") is not None
+            or pod.get("phase") in TERMINAL_PHASES):
+        return None
+    requests = device_plugin_requests(pod.get("extended_requests"), pod.get("claim_status"))
+    return (str(pod["node_name"]), tuple(sorted(requests.items()))) if requests else None
+
+
+def share_values(queryset: Any) -> Any:
+    """`queryset` of pods as dicts of what `plugin_share` reads."""
+    raw = {name: F("raw__" + "__".join(path)) for name, path in SHARE_RAW.items()}
+    return queryset.values("uid", *SHARE_COLUMNS, **raw)
+
+
+def written_share_values(pod: Pod) -> dict[str, Any]:
+    """The same values of a Pod row about to be written."""
+    values: dict[str, Any] = {"uid": pod.uid, **{column: getattr(pod, column) for column in SHARE_COLUMNS}}
+    for name, path in SHARE_RAW.items():
+        value: Any = pod.raw
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        values[name] = value
+    return values
+
+
 def pod_requests_by_node(cluster_id: int, nodes: set[str] | None) -> dict[str, dict[str, int]]:
     pods = Pod.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True, accelerator=True).exclude(node_name="")
     pods = pods.exclude(phase__in=TERMINAL_PHASES).order_by()
     if nodes is not None:
         pods = pods.filter(node_name__in=nodes)
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for node_name, requests, claim_status in pods.values_list(
-            "node_name", "extended_requests", F("raw__status__extendedResourceClaimStatus")):
-        for resource, amount in device_plugin_requests(requests, claim_status).items():
-            totals[node_name][resource] += amount
+    for pod in share_values(pods):
+        share = plugin_share(pod)
+        if share is not None:
+            for resource, amount in share[1]:
+                totals[share[0]][resource] += amount
     return totals

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inventory.services.derive.common import PoolKey
+from inventory.services.derive.plugin import plugin_share, share_values, written_share_values
 
 # The node columns a DRA device carries (its node pool from the labels, its schedulability): when none of them
 # changed, a node's DRA pools need no re-derivation.
@@ -77,11 +78,20 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
 
 
 def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterable[dict[str, Any]]) -> Scope:
-    """Which derived rows depend on a batch that replaced the `before` rows (SCOPE_COLUMNS of the stored versions)
-    with the `after` rows (the same columns of the versions written). A node counts among `node_facts` only when
-    it is new, gone, renamed, or one of its NODE_FACT_COLUMNS changed."""
+    """Which derived rows depend on a batch that replaced the `before` rows (`stored_scope_values` of the stored
+    versions) with the `after` rows (`written_scope_values` of the versions written). A node counts among
+    `node_facts` only when it is new, gone, renamed, or one of its NODE_FACT_COLUMNS changed; a pod's node among
+    `nodes` only when the pod's `plugin_share` changed."""
     before, after = list(before), list(after)
     scope = scope_for_rows(kind, before).merge(scope_for_rows(kind, after))
+    if kind == "pods":  # a pod's node: only where what the pod adds to its in-use counts changed
+        shares = {row["uid"]: plugin_share(row) for row in before}
+        nodes: set[str] = set()
+        for row in after:
+            was, now = shares.get(row["uid"]), plugin_share(row)
+            if was != now:
+                nodes |= {share[0] for share in (was, now) if share is not None}
+        scope.nodes = nodes
     if kind == "nodes":
         stored = {row["uid"]: row for row in before}
         changed = set()
@@ -95,7 +105,19 @@ def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterab
 
 SCOPE_COLUMNS = {
     "nodes": ("uid", "name", *NODE_FACT_COLUMNS),
-    "pods": ("uid", "node_name"),
+    "pods": ("uid", "node_name"),  # and what `plugin_share` reads (scope_values)
     "resourceslices": ("uid", "driver", "pool_name", "node_name"),
     "resourceclaims": ("uid",),
 }
+
+
+def stored_scope_values(kind: str, queryset: Any) -> list[dict[str, Any]]:
+    """The stored rows of `queryset` as `scope_for_changes` reads them (its `before`)."""
+    return list(share_values(queryset) if kind == "pods" else queryset.values(*SCOPE_COLUMNS[kind]))
+
+
+def written_scope_values(kind: str, rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """Rows about to be written as `scope_for_changes` reads them (its `after`)."""
+    if kind == "pods":
+        return [written_share_values(row) for row in rows]
+    return [{column: getattr(row, column) for column in SCOPE_COLUMNS[kind]} for row in rows]
