@@ -348,6 +348,38 @@ def test_a_pod_batch_re_derives_only_the_nodes_where_what_its_pods_hold_changed(
     assert sorted(Device.objects.filter(cluster=cluster).values_list("key", "in_use", "free")) == before
 
 
+def test_a_slice_batch_re_derives_a_node_only_when_what_its_findings_read_changed(cluster, apply) -> None:
+    """Node findings read the node's DRA devices' keys and NODE_FINDING_DEVICE_FIELDS. A device tainted (the most
+    frequent slice update) re-derives its pool only; a device whose model changes, or that goes, re-derives its
+    node's findings too."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    labels = {**GFD_H100, "nvidia.com/gpu.count": "1"}
+    apply("nodes", node("n1", labels=labels))
+    apply("resourceslices", resource_slice("s", "n1", node_name="n1", devices=[gpu_device("gpu-0")]))
+    assert not findings(cluster, Finding.Kind.GFD_DRA_MISMATCH)
+
+    def node_derivations(*objects: dict[str, Any], event: str = "MODIFIED") -> int:  # they read the node's pods
+        with CaptureQueriesContext(connection) as queries:
+            apply("resourceslices", *objects, event=event)
+        return sum('FROM "inventory_pod"' in q["sql"] for q in queries.captured_queries)
+
+    tainted = {**gpu_device("gpu-0"), "taints": [{"key": "ecc", "value": "x", "effect": "NoSchedule"}]}
+    assert node_derivations(resource_slice("s", "n1", node_name="n1", devices=[tainted])) == 0
+    assert device(cluster, "gpu.nvidia.com/n1/gpu-0").health == Health.UNHEALTHY
+    a100 = gpu_device("gpu-0", productName={"string": "NVIDIA A100-SXM4-80GB"})
+    assert node_derivations(resource_slice("s", "n1", node_name="n1", devices=[a100])) > 0
+    [mismatch] = findings(cluster, Finding.Kind.GFD_DRA_MISMATCH)
+    assert set(mismatch.evidence["mismatches"]) == {"model"}
+    assert node_derivations(resource_slice("s", "n1", node_name="n1", devices=[a100]), event="DELETED") > 0
+    assert not findings(cluster, Finding.Kind.GFD_DRA_MISMATCH)
+    assert findings(cluster, Finding.Kind.PLUGIN_MISSING)  # GPU labels, and neither plugin nor DRA devices now
+    before = sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "subject", "evidence"))
+    derive_cluster(cluster_id=cluster.pk)
+    assert sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "subject", "evidence")) == before
+
+
 def test_derivation_reads_skip_the_models_display_ordering(cluster, apply) -> None:
     """Device and ClaimAllocation are ordered by their cluster's name for display. A derivation's read of them needs
     no order: with it, every read joined the cluster table and sorted, and a DISTINCT over pools went over the

@@ -25,7 +25,7 @@ from inventory.services.derive.claims import claim_allocations_rebuild
 from inventory.services.derive.common import POOL_SCOPE_PREFIX, PoolKey, pool_of_scope, pool_scope, pools_q
 from inventory.services.derive.dra import PoolState, dra_devices, pool_findings, pool_states
 from inventory.services.derive.intervals import claim_intervals_derive, claims_with_shares, pod_intervals_derive
-from inventory.services.derive.nodes import node_findings
+from inventory.services.derive.nodes import NODE_FINDING_DEVICE_FIELDS, node_findings
 from inventory.services.derive.plugin import plugin_devices, pod_requests_by_node
 from inventory.services.derive.scopes import Scope
 from inventory.signals import devices_changed
@@ -83,11 +83,8 @@ def derive_scope(*, cluster_id: int, scope: Scope | None) -> None:
         pools |= set(ResourceSlice.objects.filter(cluster_id=cluster_id, deleted_at__isnull=True,
                                                   node_name__in=scope.node_facts)
                      .order_by().values_list("driver", "pool_name").distinct())
-    if pools:
-        states = pool_states(cluster_id, pools)
-        for state in states.values():  # node findings look at the node's DRA devices
-            nodes |= {r["node_name"] for r in state.current + state.stale if r["node_name"]}
-        _derive_pools(cluster_id, pools, states)
+    if pools:  # node findings look at what NODE_FINDING_DEVICE_FIELDS say of the node's DRA devices
+        nodes |= _derive_pools(cluster_id, pools, pool_states(cluster_id, pools))
     if nodes:
         _derive_nodes(cluster_id, nodes)
 
@@ -112,7 +109,9 @@ def _known_pools(cluster_id: int) -> set[PoolKey]:
     return pools
 
 
-def _derive_pools(cluster_id: int, pools: set[PoolKey], states: dict[PoolKey, PoolState]) -> None:
+def _derive_pools(cluster_id: int, pools: set[PoolKey], states: dict[PoolKey, PoolState]) -> set[str]:
+    """Replace the DRA devices and pool findings of `pools`; returns the nodes whose DRA devices changed in what their
+    node findings read (a taint or an allocation changes none of it: the node is left alone)."""
     allocations: dict[PoolKey, list[ClaimAllocation]] = defaultdict(list)
     query = ClaimAllocation.objects.filter(cluster_id=cluster_id).filter(pools_q(pools))
     for allocation in query.order_by("claim_uid", "request", "device"):
@@ -131,19 +130,30 @@ def _derive_pools(cluster_id: int, pools: set[PoolKey], states: dict[PoolKey, Po
         findings.extend(pool_findings(cluster_id, states[key], pool_devices))
     device_scope = Q(path=Path.DRA) & pools_q(pools)
     finding_scope = Q(scope__in=sorted(pool_scope(pool) for pool in pools))
-    _replace_devices(cluster_id, device_scope, devices)
+    node_facts = _replace_devices(cluster_id, device_scope, devices)
     _replace(Finding, cluster_id, finding_scope, findings, ["cluster", "kind", "subject"], {"first_seen_at"})
+    return node_facts
 
 
-def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
+def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> set[str]:
     """Replace the devices of `scope`, writing only rows whose content changed (most rows of a batch do not), and
-    the change-feed events of the rows whose CMDB snapshot changed."""
+    the change-feed events of the rows whose CMDB snapshot changed. Returns the nodes of the devices that appeared,
+    went, or changed in NODE_FINDING_DEVICE_FIELDS (before or after)."""
     now = timezone.now()
     current: dict[str, str] = {}
     feed_hashes: dict[str, str] = {}
-    for key, content_hash, feed_hash in (Device.objects.filter(Q(cluster_id=cluster_id) & scope).order_by()
-                                         .values_list("key", "content_hash", "feed_hash")):
-        current[key], feed_hashes[key] = content_hash, feed_hash
+    facts: dict[str, tuple[Any, ...]] = {}
+    for key, content_hash, feed_hash, *fields in (Device.objects.filter(Q(cluster_id=cluster_id) & scope).order_by()
+                                                  .values_list("key", "content_hash", "feed_hash",
+                                                               *NODE_FINDING_DEVICE_FIELDS)):
+        current[key], feed_hashes[key], facts[key] = content_hash, feed_hash, tuple(fields)
+    node_facts: set[str] = set()
+    for device in devices:
+        fields = tuple(getattr(device, name) for name in NODE_FINDING_DEVICE_FIELDS)
+        if facts.pop(device.key, None) != fields:
+            node_facts.add(device.node_name)
+    node_facts |= {fields[NODE_FINDING_DEVICE_FIELDS.index("node_name")] for fields in facts.values()}  # gone
+    node_facts.discard("")
     changed = []
     for device in devices:
         device.content_hash = device_content_hash(device)
@@ -160,6 +170,7 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> None:
     _replace(Device, cluster_id, scope, devices, ["cluster", "key"], set(), write=changed)
     if changed or set(current) - keys:
         _announce(cluster_id)
+    return node_facts
 
 
 def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
@@ -169,8 +180,7 @@ def _derive_nodes(cluster_id: int, nodes: set[str] | None) -> None:
     dra = Device.objects.filter(cluster_id=cluster_id, path=Path.DRA).order_by("node_name", "key")
     if nodes is not None:
         dra = dra.filter(node_name__in=nodes)
-    for device in dra.only("key", "driver", "mode", "model", "memory_mib", "compute_capability", "driver_version",
-                           "node_name"):
+    for device in dra.only("key", *NODE_FINDING_DEVICE_FIELDS):
         dra_by_node[device.node_name].append(device)
     devices: list[Device] = []
     findings: list[Finding] = []

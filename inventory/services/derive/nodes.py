@@ -27,6 +27,11 @@ from inventory.services.derive.common import (
     version_tuple,
 )
 
+# All that node findings read of a node's DRA devices besides their keys: a pool's re-derivation that adds or removes
+# no device of a node and changes none of these leaves the node's findings as they are.
+NODE_FINDING_DEVICE_FIELDS = ("driver", "mode", "model", "memory_mib", "compute_capability", "driver_version",
+                              "node_name")
+
 
 def node_findings(cluster_id: int, node: dict[str, Any], plugin: list[Device], dra: list[Device]) -> list[Finding]:
     name = node["name"]

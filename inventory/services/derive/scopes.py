@@ -68,10 +68,8 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
             if row.get("node_name"):
                 nodes.add(row["node_name"])
             pod_uids.add(row["uid"])
-        elif kind == "resourceslices":
+        elif kind == "resourceslices":  # the nodes: those where the pools' DRA devices changed (derive_scope)
             pools.add((row.get("driver", ""), row.get("pool_name", "")))
-            if row.get("node_name"):
-                nodes.add(row["node_name"])
         elif kind == "resourceclaims":
             claim_uids.add(row["uid"])
     return Scope(nodes=nodes, pools=pools, pod_uids=pod_uids, claim_uids=claim_uids)
