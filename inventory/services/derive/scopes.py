@@ -55,8 +55,8 @@ def scope_for_listing(kind: str) -> Scope:
 
 
 def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
-    """Which derived rows depend on these mirrored rows (old or new versions); `scope_for_changes` adds the nodes whose
-    facts changed."""
+    """Which derived rows depend on these mirrored rows (old or new versions); `scope_for_changes` adds the nodes where
+    a pod's share changed and the nodes whose facts changed."""
     nodes: set[str] = set()
     pools: set[PoolKey] = set()
     pod_uids: set[str] = set()
@@ -64,9 +64,7 @@ def scope_for_rows(kind: str, rows: Iterable[dict[str, Any]]) -> Scope:
     for row in rows:
         if kind == "nodes":
             nodes.add(row["name"])
-        elif kind == "pods":
-            if row.get("node_name"):
-                nodes.add(row["node_name"])
+        elif kind == "pods":  # the nodes: those where a pod's share changed (scope_for_changes)
             pod_uids.add(row["uid"])
         elif kind == "resourceslices":  # the nodes: those where the pools' DRA devices changed (derive_scope)
             pools.add((row.get("driver", ""), row.get("pool_name", "")))
@@ -84,12 +82,10 @@ def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterab
     scope = scope_for_rows(kind, before).merge(scope_for_rows(kind, after))
     if kind == "pods":  # a pod's node: only where what the pod adds to its in-use counts changed
         shares = {row["uid"]: plugin_share(row) for row in before}
-        nodes: set[str] = set()
         for row in after:
             was, now = shares.get(row["uid"]), plugin_share(row)
-            if was != now:
-                nodes |= {share[0] for share in (was, now) if share is not None}
-        scope.nodes = nodes
+            if was != now and scope.nodes is not None:
+                scope.nodes |= {share[0] for share in (was, now) if share is not None}
     if kind == "nodes":
         stored = {row["uid"]: row for row in before}
         changed = set()
@@ -103,8 +99,8 @@ def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterab
 
 SCOPE_COLUMNS = {
     "nodes": ("uid", "name", *NODE_FACT_COLUMNS),
-    "pods": ("uid", "node_name"),  # and what `plugin_share` reads (scope_values)
-    "resourceslices": ("uid", "driver", "pool_name", "node_name"),
+    "pods": ("uid", "node_name"),  # and what `plugin_share` reads (stored_scope_values, written_scope_values)
+    "resourceslices": ("uid", "driver", "pool_name"),
     "resourceclaims": ("uid",),
 }
 
