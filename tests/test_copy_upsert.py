@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from django.db import DatabaseError, transaction
 
-from core.db import SMALL, copy_upsert
+from core.db import copy_from, copy_upsert
 from inventory.models import AllocationInterval
 from portal.models import ChargeRollupDirty
 from tests.inventory.factories import ClusterFactory
@@ -36,7 +36,7 @@ def _table() -> list[tuple]:
         "cluster_id", "holder_kind", "holder_uid", "resource", *[f for f in FIELDS if f != "updated_at"]))
 
 
-@pytest.mark.parametrize("count", [SMALL + 30, 3])  # COPY, and bulk_create below SMALL
+@pytest.mark.parametrize("count", [copy_from(AllocationInterval) + 30, 3])  # COPY, and bulk_create below
 def test_copy_upsert_writes_what_bulk_create_writes(db, count: int) -> None:
     cluster = ClusterFactory(name="copy")
     expected = {}
@@ -59,16 +59,30 @@ def test_copy_upsert_writes_what_bulk_create_writes(db, count: int) -> None:
 def test_the_tables_triggers_fire_and_a_refused_value_changes_nothing(db) -> None:
     cluster = ClusterFactory(name="copy")
     ChargeRollupDirty.objects.all().delete()
-    copy_upsert(AllocationInterval, _rows(cluster, SMALL + 5, generation=0), unique_fields=UNIQUE,
+    copy_upsert(AllocationInterval, _rows(cluster, copy_from(AllocationInterval) + 5, generation=0), unique_fields=UNIQUE,
                 update_fields=FIELDS)
     assert set(ChargeRollupDirty.objects.values_list("namespace", flat=True)) == {"ns-0", "ns-1", "ns-2"}
     before = _table()
-    bad = _rows(cluster, SMALL + 5, generation=2)
+    bad = _rows(cluster, copy_from(AllocationInterval) + 5, generation=2)
     bad[-1].name = "nul\x00byte"  # PostgreSQL text cannot hold it
     with pytest.raises(DatabaseError), transaction.atomic():  # Django's, as bulk_create raises it
         copy_upsert(AllocationInterval, bad, unique_fields=UNIQUE, update_fields=FIELDS)
     assert _table() == before
     # and the staging table of this session is empty again for the next call
-    copy_upsert(AllocationInterval, _rows(cluster, SMALL + 5, generation=3), unique_fields=UNIQUE,
+    copy_upsert(AllocationInterval, _rows(cluster, copy_from(AllocationInterval) + 5, generation=3), unique_fields=UNIQUE,
                 update_fields=FIELDS)
-    assert AllocationInterval.objects.count() == SMALL + 5
+    assert AllocationInterval.objects.count() == copy_from(AllocationInterval) + 5
+
+
+def test_a_watch_batchs_few_wide_rows_go_through_copy(db) -> None:
+    """The threshold counts values, not rows: a batch's 20 intervals (15 columns) are past the point where
+    bulk_create's statement costs more Python than COPY, though far from the 50 rows it once took."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cluster = ClusterFactory(name="copy")
+    assert 3 < copy_from(AllocationInterval) <= 20
+    with CaptureQueriesContext(connection) as queries:
+        copy_upsert(AllocationInterval, _rows(cluster, 20, generation=0), unique_fields=UNIQUE, update_fields=FIELDS)
+    assert any("CREATE TEMP TABLE" in q["sql"] for q in queries.captured_queries)
+    assert AllocationInterval.objects.count() == 20

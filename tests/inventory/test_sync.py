@@ -310,7 +310,7 @@ def test_a_stale_lease_is_broken_and_the_fence_still_moves_forward(cluster: Clus
 def test_bad_objects_are_stored_and_flagged_without_blocking_the_batch(sim: Simulator, cluster: Cluster,
                                                                        copy_path: bool, monkeypatch) -> None:
     if copy_path:  # a batch this small goes through bulk_create; force core.db.copy_upsert's COPY path
-        monkeypatch.setattr("core.db.SMALL", 0)
+        monkeypatch.setattr("core.db.SMALL_CELLS", 0)
     _sync_once(cluster, kinds=("nodes",))
     state = sync_state_for(cluster_id=cluster.pk, kind="nodes")
     lease = lease_backend().acquire(state, 30)
