@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inventory.services.derive.common import PoolKey
-from inventory.services.derive.plugin import plugin_share, share_values, written_share_values
+from inventory.services.derive.plugin import SHARE_COLUMNS, plugin_share, share_values, written_share_values
 
 # The node columns a DRA device carries (its node pool from the labels, its schedulability): when none of them
 # changed, a node's DRA pools need no re-derivation.
@@ -99,7 +99,7 @@ def scope_for_changes(kind: str, before: Iterable[dict[str, Any]], after: Iterab
 
 SCOPE_COLUMNS = {
     "nodes": ("uid", "name", *NODE_FACT_COLUMNS),
-    "pods": ("uid", "node_name"),  # and what `plugin_share` reads (stored_scope_values, written_scope_values)
+    "pods": ("uid", *SHARE_COLUMNS),  # and the raw parts `plugin_share` reads (share_values, written_share_values)
     "resourceslices": ("uid", "driver", "pool_name"),
     "resourceclaims": ("uid",),
 }
