@@ -380,6 +380,20 @@ def test_a_slice_batch_re_derives_a_node_only_when_what_its_findings_read_change
     assert sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "subject", "evidence")) == before
 
 
+def test_a_dra_device_moving_to_another_node_re_derives_both_nodes(cluster, apply) -> None:
+    """A device published with its own nodeName keeps its key when that node changes: the node it left has lost a
+    DRA device too, and its findings must say so."""
+    labels = {**GFD_H100, "nvidia.com/gpu.count": "1"}
+    apply("nodes", node("n1", labels=labels), node("n2", labels=labels))
+    apply("resourceslices", resource_slice("s", "p", devices=[{**gpu_device("gpu-0"), "nodeName": "n1"}]))
+    assert {f.node_name for f in findings(cluster, Finding.Kind.PLUGIN_MISSING)} == {"n2"}
+    apply("resourceslices", resource_slice("s", "p", devices=[{**gpu_device("gpu-0"), "nodeName": "n2"}]))
+    assert {f.node_name for f in findings(cluster, Finding.Kind.PLUGIN_MISSING)} == {"n1"}
+    before = sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "subject", "evidence"))
+    derive_cluster(cluster_id=cluster.pk)
+    assert sorted(Finding.objects.filter(cluster=cluster).values_list("kind", "subject", "evidence")) == before
+
+
 def test_derivation_reads_skip_the_models_display_ordering(cluster, apply) -> None:
     """Device and ClaimAllocation are ordered by their cluster's name for display. A derivation's read of them needs
     no order: with it, every read joined the cluster table and sorted, and a DISTINCT over pools went over the

@@ -30,6 +30,7 @@ from inventory.services.derive.plugin import plugin_devices, pod_requests_by_nod
 from inventory.services.derive.scopes import Scope
 from inventory.signals import devices_changed
 
+_NODE_NAME = NODE_FINDING_DEVICE_FIELDS.index("node_name")
 POOL_CHUNK = 500  # pools per step of a whole-cluster derivation (its memory: one chunk's slices and devices)
 
 
@@ -142,17 +143,17 @@ def _replace_devices(cluster_id: int, scope: Q, devices: list[Device]) -> set[st
     now = timezone.now()
     current: dict[str, str] = {}
     feed_hashes: dict[str, str] = {}
-    facts: dict[str, tuple[Any, ...]] = {}
+    facts: dict[str, tuple[Any, ...]] = {}  # key -> NODE_FINDING_DEVICE_FIELDS, node_name among them
     for key, content_hash, feed_hash, *fields in (Device.objects.filter(Q(cluster_id=cluster_id) & scope).order_by()
                                                   .values_list("key", "content_hash", "feed_hash",
                                                                *NODE_FINDING_DEVICE_FIELDS)):
         current[key], feed_hashes[key], facts[key] = content_hash, feed_hash, tuple(fields)
     node_facts: set[str] = set()
-    for device in devices:
-        fields = tuple(getattr(device, name) for name in NODE_FINDING_DEVICE_FIELDS)
-        if facts.pop(device.key, None) != fields:
-            node_facts.add(device.node_name)
-    node_facts |= {fields[NODE_FINDING_DEVICE_FIELDS.index("node_name")] for fields in facts.values()}  # gone
+    for device in devices:  # new, or changed in what node findings read: its node, before and after
+        was = facts.pop(device.key, None)
+        if was != tuple(getattr(device, name) for name in NODE_FINDING_DEVICE_FIELDS):
+            node_facts |= {device.node_name} | ({was[_NODE_NAME]} if was else set())
+    node_facts |= {fields[_NODE_NAME] for fields in facts.values()}  # gone
     node_facts.discard("")
     changed = []
     for device in devices:
