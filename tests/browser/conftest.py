@@ -47,6 +47,9 @@ def browser(playwright_instance: Playwright) -> Iterator[Browser]:
 # tests check content, layout and accessibility, on a 2-CPU machine with four test workers beside them (a page took
 # ~11 s there on a slow day, when the chargeback statement's first view still built the rollups itself).
 BROWSER_TIMEOUT_MS = 30_000
+# The same bound for `expect(...)` assertions, whose own default (5 s) a page that swaps its results by htmx can miss
+# on such a day although nothing is wrong with it.
+expect.set_options(timeout=BROWSER_TIMEOUT_MS)
 
 
 @pytest.fixture
@@ -121,3 +124,6 @@ def log_in(page: Page, live_server, username: str, next_path: str) -> None:
     page.fill("#id_password", "pw")
     page.click("button[type=submit]")
     expect(page).to_have_url(f"{live_server.url}{next_path}")
+    # The URL changes when the response starts; htmx binds its triggers only once its deferred script has run. A test
+    # typing into a filter before that would type into a form that never asks the server (CI saw it once).
+    page.wait_for_load_state("load")

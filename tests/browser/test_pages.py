@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from inventory.models import SyncState
+from tests.browser.conftest import log_in as log_in_as_user
 from tests.inventory.factories import ClusterFactory, NodeFactory, SyncStateFactory
 
 SCREENSHOT = Path(tempfile.gettempdir()) / "node_list.png"
@@ -20,12 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def log_in(page: Page, live_server, next_path: str) -> None:
     User.objects.create_user(username="alice", password="pw")
-    page.goto(f"{live_server.url}{next_path}")
-    expect(page).to_have_url(re.compile(r"/login/\?next="))
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    expect(page).to_have_url(f"{live_server.url}{next_path}")
+    log_in_as_user(page, live_server, "alice", next_path)
 
 
 @pytest.fixture
