@@ -220,7 +220,9 @@ class WatchStream:
         return WatchEvent(type=event_type, object=obj)
 
     def next_batch(self, *, max_items: int, max_wait: float, deadline: float) -> tuple[list[WatchEvent], bool]:
-        """Up to `max_items` events, waiting at most `max_wait` after the first one (or until `deadline`).
+        """Up to `max_items` events, waiting at most `max_wait` after the first one (or until `deadline`); events
+        already queued when that wait is over come along without waiting (so `max_wait=0` batches what arrived while
+        the previous batch was being applied).
 
         Returns (events, ended). Raises the stream's error once all events before it were returned.
         """
@@ -229,11 +231,16 @@ class WatchStream:
         while len(events) < max_items:
             now = time.monotonic()
             limit = deadline if first_at is None else min(deadline, first_at + max_wait)
-            if now >= limit:
-                return events, False
             try:
-                item = self._queue.get(timeout=min(limit - now, 0.5))
+                if now < limit:
+                    item = self._queue.get(timeout=min(limit - now, 0.5))
+                elif events:
+                    item = self._queue.get_nowait()
+                else:
+                    return events, False
             except queue.Empty:
+                if now >= limit:
+                    return events, False
                 continue
             if isinstance(item, _StreamEnd):
                 return events, True

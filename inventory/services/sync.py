@@ -66,7 +66,6 @@ logger = logging.getLogger(__name__)
 WATCH_BATCH_MAX = 500
 ANALYZE_AFTER_ROWS = 1000  # a listing at least this big refreshes the planner's statistics of what it wrote
 DERIVED_MODELS = (Device, Finding, ClaimAllocation, AllocationInterval)
-WATCH_BATCH_WAIT = 0.2  # seconds an event may wait for company before the batch is written
 BACKOFF_MAX = 10.0
 _BASE_COLUMNS = {"cluster", "uid", "first_seen_at", "id", "list_id"}
 
@@ -511,9 +510,8 @@ def _watch_batches(window: _Window, ref: KindRef, resource_version: str) -> None
     with window.client.watch(ref, resource_version=resource_version, timeout_seconds=remaining) as stream:
         while not (stop and stop.is_set()):
             window.keep_lease()
-            events, ended = stream.next_batch(
-                max_items=WATCH_BATCH_MAX, max_wait=WATCH_BATCH_WAIT, deadline=min(window.deadline, lease.next_renew)
-            )
+            events, ended = stream.next_batch(max_items=WATCH_BATCH_MAX, max_wait=settings.PORTAL_WATCH_BATCH_WAIT,
+                                              deadline=min(window.deadline, lease.next_renew))
             if events:
                 _history_check(events, resource_version)
                 saved = _apply_events(cluster_id=cluster_id, kind=kind, events=events, lease=lease, ref=ref)
