@@ -228,9 +228,10 @@ CELERY_WORKER_DIRECT = True
 # Watch windows keep running through a broker outage (they need only their lease and the cluster); cancelling them
 # would restart every watcher for a blip.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-# How long a watch event may wait for company before its batch is written (inventory/services/sync.py); events that
-# arrived while the previous batch was being applied come along whatever this is.
-PORTAL_WATCH_BATCH_WAIT = env.float("PORTAL_WATCH_BATCH_WAIT", default=0.2)
+# How long a watch batch waits after its first event for more (inventory/services/sync.py). Events that arrived while
+# the previous batch was being applied come along anyway, so batches grow with the rate by themselves; a wait only
+# adds to every event's lag (docs/deploy.md, "Watch lag").
+PORTAL_WATCH_BATCH_WAIT = env.float("PORTAL_WATCH_BATCH_WAIT", default=0.0)
 PORTAL_WORKER_HEARTBEAT_SECONDS = env.float("PORTAL_WORKER_HEARTBEAT_SECONDS", default=30.0)  # 0 = no heartbeat
 PORTAL_WORKER_HEARTBEAT_DIR = env("PORTAL_WORKER_HEARTBEAT_DIR",
                                   default=str(Path(tempfile.gettempdir()) / "portal-heartbeat"))
