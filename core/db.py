@@ -13,9 +13,11 @@ Elsewhere than PostgreSQL (the demo's SQLite) it is `bulk_create`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
+import orjson
 from django.db import connection, models, transaction
 
 # Values (rows times columns) below which bulk_create's one statement is as cheap as COPY's four. Above, its Python cost
@@ -61,9 +63,10 @@ def copy_upsert(model: type[models.Model], rows: Sequence[models.Model], *, uniq
                        f"SELECT {columns} FROM {table} WITH NO DATA")
         # The driver's errors as Django's (DataError, IntegrityError ...), as cursor.execute raises them: callers that
         # retry a refused batch row by row catch those.
+        values = _converters(model)
         with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row([_value(field, row) for field in fields])
+                copy.write_row([value(row) for value in values])
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} "  # noqa: S608 - names only
                        f"ON CONFLICT ({conflict}) DO UPDATE SET {assignments}")
         cursor.execute(f"TRUNCATE {stage}")  # the next call in this transaction starts empty
@@ -83,6 +86,62 @@ def _column(model: type[models.Model], name: str) -> str:
 
 def _value(field: models.Field[Any, Any], row: models.Model) -> Any:
     return field.get_db_prep_save(field.pre_save(row, True), connection)
+
+
+# What COPY is given for each written field of a row: `_value`, what `bulk_create` sends, without walking Django's
+# pre_save / get_db_prep_save chain where a field's class keeps the base behaviour of both (then that chain is
+# get_prep_value of the attribute), and JSON written by orjson where it writes exactly what json.dumps would. A watch
+# batch of 20 DRA devices spent a quarter of copy_upsert's CPU in that chain and json.dumps (a py-spy profile of the
+# watch worker, docs/deploy.md).
+_JSON_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+@cache
+def _converters(model: type[models.Model]) -> list[Callable[[models.Model], Any]]:
+    return [_converter(field) for field in _written(model)]
+
+
+def _converter(field: models.Field[Any, Any]) -> Callable[[models.Model], Any]:
+    kind = type(field)
+    attname = field.attname
+    plain_save = kind.pre_save is models.Field.pre_save and kind.get_db_prep_save is models.Field.get_db_prep_save
+    if plain_save and kind.get_db_prep_value is models.Field.get_db_prep_value:
+        prep = field.get_prep_value
+        return lambda row: _prepared(prep, getattr(row, attname))
+    if isinstance(field, models.JSONField) and field.encoder is None and kind.pre_save is models.Field.pre_save:
+        return lambda row: _json(field, row, getattr(row, attname))
+    return lambda row: _value(field, row)
+
+
+def _prepared(prep: Callable[[Any], Any], value: Any) -> Any:
+    return value if hasattr(value, "as_sql") else prep(value)
+
+
+def _json(field: models.JSONField, row: models.Model, value: Any) -> Any:
+    """JSON text for a JSONField, as json.dumps writes it; what orjson would write differently (a subclass of str, int,
+    dict or list, a datetime, a dataclass, an integer beyond 64 bits, a float that is not finite, a non-str key) takes
+    Django's own path, errors included."""
+    if value is None or hasattr(value, "as_sql") or hasattr(value, "resolve_expression"):
+        return _value(field, row)
+    try:
+        text = orjson.dumps(value, option=_JSON_STRICT)
+    except orjson.JSONEncodeError:
+        return _value(field, row)
+    if b"null" in text and _has_non_finite(value):
+        return _value(field, row)
+    return text.decode()
+
+
+def _has_non_finite(value: Any) -> bool:
+    """A float json.dumps writes as NaN or Infinity (PostgreSQL refuses them), where orjson writes null."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
 
 
 def analyze(*models_: type[models.Model]) -> None:
