@@ -89,8 +89,9 @@ def _value(field: models.Field[Any, Any], row: models.Model) -> Any:
 
 
 # What COPY is given for each written field of a row: `_value`, what `bulk_create` sends, without walking Django's
-# pre_save / get_db_prep_save chain where a field's class keeps the base behaviour of both (then that chain is
-# get_prep_value of the attribute), and JSON written by orjson where it writes exactly what json.dumps would. A watch
+# pre_save / get_db_prep_save / get_db_prep_value chain where a field's class keeps the base behaviour of the first two
+# (then the chain is get_prep_value of the attribute, with an integer's or a datetime's adapter for the third), and
+# JSON written by orjson where it writes exactly what json.dumps would. A watch
 # batch of 20 DRA devices spent a quarter of copy_upsert's CPU in that chain and json.dumps (a py-spy profile of the
 # watch worker, docs/deploy.md).
 _JSON_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
@@ -101,13 +102,35 @@ def _converters(model: type[models.Model]) -> list[Callable[[models.Model], Any]
     return [_converter(field) for field in _written(model)]
 
 
+_BASE_PRE_SAVE = {models.Field.pre_save, models.DateField.pre_save, models.DateTimeField.pre_save}
+
+
 def _converter(field: models.Field[Any, Any]) -> Callable[[models.Model], Any]:
     kind = type(field)
     attname = field.attname
-    plain_save = kind.pre_save is models.Field.pre_save and kind.get_db_prep_save is models.Field.get_db_prep_save
-    if plain_save and kind.get_db_prep_value is models.Field.get_db_prep_value:
-        prep = field.get_prep_value
-        return lambda row: _prepared(prep, getattr(row, attname))
+    # pre_save is the attribute: Field's, or a date field's when it is not set to the time of the write.
+    plain_pre_save = kind.pre_save in _BASE_PRE_SAVE and not getattr(field, "auto_now", False) and not getattr(
+        field, "auto_now_add", False)
+    prep = field.get_prep_value
+    if plain_pre_save and kind.get_db_prep_save is models.Field.get_db_prep_save:
+        prep_value = kind.get_db_prep_value
+        ops = connection.ops  # copy_upsert writes through the default connection; these adapters keep no state
+        if prep_value is models.Field.get_db_prep_value:
+            return lambda row: _prepared(prep, getattr(row, attname))
+        if prep_value is models.IntegerField.get_db_prep_value:
+            adapt_int, internal = ops.adapt_integerfield_value, field.get_internal_type()
+
+            def integer(row: models.Model) -> Any:
+                value = getattr(row, attname)
+                return value if hasattr(value, "as_sql") else adapt_int(prep(value), internal)
+            return integer
+        if prep_value is models.DateTimeField.get_db_prep_value:
+            adapt_datetime = ops.adapt_datetimefield_value
+
+            def datetime(row: models.Model) -> Any:
+                value = getattr(row, attname)
+                return value if hasattr(value, "as_sql") else adapt_datetime(prep(value))
+            return datetime
     if isinstance(field, models.JSONField) and field.encoder is None and kind.pre_save is models.Field.pre_save:
         return lambda row: _json(field, row, getattr(row, attname))
     return lambda row: _value(field, row)
