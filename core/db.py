@@ -91,9 +91,9 @@ def _value(field: models.Field[Any, Any], row: models.Model) -> Any:
 # What COPY is given for each written field of a row: `_value`, what `bulk_create` sends, without walking Django's
 # pre_save / get_db_prep_save / get_db_prep_value chain where a field's class keeps the base behaviour of the first two
 # (then the chain is get_prep_value of the attribute, with an integer's or a datetime's adapter for the third), and
-# JSON written by orjson where it writes exactly what json.dumps would. A watch
-# batch of 20 DRA devices spent a quarter of copy_upsert's CPU in that chain and json.dumps (a py-spy profile of the
-# watch worker, docs/deploy.md).
+# JSON written by orjson where it writes exactly what json.dumps would. A profile of the watch worker put 13 % of its
+# time in that chain and json.dumps (docs/deploy.md, "Watch lag"); tests/inventory/test_copy_values.py holds the
+# shortcuts to Django's values.
 _JSON_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
@@ -164,7 +164,6 @@ def _has_non_finite(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_non_finite(v) for v in value)
     return False
-
 
 
 def analyze(*models_: type[models.Model]) -> None:
